@@ -1,0 +1,203 @@
+//! End-to-end tests of the `foxhunt` binary on the bundled real data.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs foxhunt from the workspace root, so paths in its output are stable.
+fn foxhunt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_foxhunt"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("foxhunt runs")
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = foxhunt(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn inspect_bundled_es_text() {
+    let out = foxhunt(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--train-days",
+        "7",
+        "--val-days",
+        "3",
+        "--test-days",
+        "3",
+        "--step-days",
+        "7",
+        "--min-bars",
+        "500",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    insta::assert_snapshot!(stdout(&out));
+}
+
+#[test]
+fn inspect_json_on_every_bundled_data_set() {
+    let es = json(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--json",
+    ]);
+    assert_eq!(es["bars"], 18_888);
+    assert_eq!(es["rolls"][0]["from"], "ESZ3");
+    assert_eq!(es["rolls"][0]["to"], "ESH4");
+    assert_eq!(es["windows"], serde_json::Value::Null);
+    let fx = json(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/cme-6e-1min-2024-01",
+        "--symbol",
+        "6E.FUT",
+        "--bar-time",
+        "end",
+        "--train-weeks",
+        "2",
+        "--val-days",
+        "3",
+        "--test-days",
+        "3",
+        "--step-days",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(fx["bars"], 29_996);
+    assert_eq!(fx["first"], "2024-01-01T23:00:00Z");
+    let windows = fx["windows"]["windows"].as_array().expect("windows");
+    assert!(!windows.is_empty());
+    assert_eq!(windows[0]["train"]["start"], "2024-01-02");
+    let gc = json(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/lean-futures-minute/comex/minute/gc",
+        "--symbol",
+        "GC.FUT",
+        "--json",
+    ]);
+    assert_eq!(gc["contracts"].as_array().map(Vec::len), Some(15));
+    let nq = json(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/databento-dbn",
+        "--symbol",
+        "NQ.FUT",
+        "--json",
+    ]);
+    assert_eq!(nq["bars"], 40);
+    let lean_es = json(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/lean-futures-minute/cme/minute/es",
+        "--symbol",
+        "ES.FUT",
+        "--json",
+    ]);
+    assert_eq!(
+        lean_es["bars"], es["bars"],
+        "the Lean source and its DBN conversion give one series"
+    );
+}
+
+#[test]
+fn bad_input_exits_non_zero_with_one_clear_paragraph() {
+    let out = foxhunt(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "NQ.FUT",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "error: symbol NQ.FUT not found in test_data/futures-baseline; symbols present: ESH0"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one paragraph: {err}");
+    assert!(!err.contains("panicked") && stdout(&out).is_empty());
+
+    let dir = std::env::temp_dir().join(format!("foxhunt-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(
+        dir.join("es.csv"),
+        "2024-01-02T14:30:00Z,100,99,98,100.5,10,ESZ3\n",
+    )
+    .expect("write");
+    let out = foxhunt(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        dir.to_str().expect("utf-8"),
+        "--symbol",
+        "ES.FUT",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "es.csv: line 1: ESZ3: invalid bar: high 99 is below max(open, close) = 100.5"
+        ),
+        "{err}"
+    );
+
+    let out = foxhunt(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--train-months",
+        "3",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("need all four periods"));
+    let out = foxhunt(&[
+        "data",
+        "inspect",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--tz",
+        "Mars/Base",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown time zone \"Mars/Base\""));
+}

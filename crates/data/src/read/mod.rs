@@ -1,0 +1,431 @@
+//! Reading bars from files: DBN (plain or zstd), CSV (Databento export or generic OHLCV) and
+//! QuantConnect Lean minute zips, many files per directory, merged in time and validated.
+
+mod csv;
+mod dbn;
+mod lean;
+mod timestamp;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use jiff::tz::TimeZone;
+use serde::Serialize;
+
+use crate::bar::Bar;
+use crate::error::{DataError, Location, Result};
+use crate::symbol::SymbolSelector;
+
+pub use timestamp::{format_ts, parse_time_zone};
+
+/// File formats foxhunt reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Decide per file from its name: `.dbn`, `.dbn.zst`; `.csv`, `.csv.gz`, `.csv.zst`; `.zip`.
+    #[default]
+    Auto,
+    /// Databento Binary Encoding, plain or zstd.
+    Dbn,
+    /// Databento CSV export or generic OHLCV CSV, plain, gzip or zstd.
+    Csv,
+    /// QuantConnect Lean futures minute zips (`YYYYMMDD_trade.zip`, one CSV per expiry).
+    Lean,
+}
+
+/// What a CSV timestamp marks; DBN and Lean bars are always stamped at their start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BarTime {
+    /// The timestamp is the bar's open (Databento's and Lean's convention).
+    #[default]
+    Start,
+    /// The timestamp is the bar's close; foxhunt subtracts the bar length.
+    End,
+}
+
+/// How to read files.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// File format, `Auto` by default.
+    pub format: Format,
+    /// Time zone of timestamps without an offset (CSV date-times, Lean files). Default UTC.
+    pub tz: TimeZone,
+    /// What CSV timestamps mark. Default `Start`.
+    pub bar_time: BarTime,
+    /// Bar length in seconds. Turns CSV bar-end stamps into bar-start, and picks which DBN files
+    /// of a directory are read (ohlcv-1m for 60): bars of different lengths never mix. Default 60.
+    pub bar_seconds: i64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            format: Format::Auto,
+            tz: TimeZone::UTC,
+            bar_time: BarTime::Start,
+            bar_seconds: 60,
+        }
+    }
+}
+
+/// The bars of one contract, strictly increasing in time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContractSeries {
+    /// Raw symbol (`ESZ3`), or `ROOT.FUT#<instrument id>` for parent-symbology DBN files.
+    pub symbol: String,
+    /// Bars, strictly increasing `ts`.
+    pub bars: Vec<Bar>,
+}
+
+/// Everything read for one selection.
+#[derive(Debug, Clone, Serialize)]
+pub struct RawData {
+    /// The directory or file that was read.
+    pub source: PathBuf,
+    /// Files read, in the order read.
+    pub files: Vec<PathBuf>,
+    /// Files of the directory not read, each with the reason (name matches no format asked
+    /// for, or a DBN file of a schema without bars, such as definitions or trades).
+    pub skipped_files: Vec<(PathBuf, String)>,
+    /// Every symbol present in the files, selected or not, sorted.
+    pub available: Vec<String>,
+    /// The selected contracts, sorted by symbol.
+    pub contracts: Vec<ContractSeries>,
+}
+
+impl RawData {
+    /// Total number of bars over all selected contracts.
+    pub fn bar_count(&self) -> usize {
+        self.contracts.iter().map(|c| c.bars.len()).sum()
+    }
+}
+
+/// Reads every file of `path` (a directory, not recursive, or one file) and returns the selected
+/// contracts' bars, validated, merged across files in time, with duplicates rejected.
+pub fn load_path(path: &Path, selector: &SymbolSelector, opts: &LoadOptions) -> Result<RawData> {
+    let io_err = |error| DataError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let meta = std::fs::metadata(path).map_err(io_err)?;
+    let mut candidates = Vec::new();
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).map_err(io_err)? {
+            let entry = entry.map_err(io_err)?;
+            if entry.file_type().map_err(io_err)?.is_file() {
+                candidates.push(entry.path());
+            }
+        }
+        // Name order is time order for Databento and Lean daily files; it also makes runs
+        // reproducible whatever order the file system lists entries in.
+        candidates.sort();
+    } else {
+        candidates.push(path.to_path_buf());
+    }
+    let mut collector = Collector::new(selector);
+    let mut skipped = Vec::new();
+    for file in candidates {
+        let Some(format) = format_of(&file, opts.format) else {
+            skipped.push((
+                file,
+                "not a data file name (.dbn, .dbn.zst, .csv[.gz|.zst], .zip)".to_owned(),
+            ));
+            continue;
+        };
+        let bytes = std::fs::read(&file).map_err(|error| DataError::Io {
+            path: file.clone(),
+            error,
+        })?;
+        match read_bytes(&file, &bytes, format, opts, &mut collector)? {
+            Outcome::Read => {}
+            // A directory may hold definitions, trades or other bar sizes beside the bars: skip
+            // those; a file named on its own must hold the bars asked for.
+            Outcome::Skipped(reason) if meta.is_dir() => {
+                collector.files.pop();
+                skipped.push((file, reason));
+            }
+            Outcome::Skipped(reason) => {
+                return Err(DataError::Format {
+                    path: file,
+                    location: Location::File,
+                    message: reason,
+                });
+            }
+        }
+    }
+    let mut data = collector.finish(path)?;
+    data.skipped_files = skipped;
+    Ok(data)
+}
+
+/// Parses one file already in memory; `name` picks the format when `opts.format` is `Auto` and
+/// names the file in errors. The fuzz targets call this.
+pub fn load_bytes(
+    name: &Path,
+    bytes: &[u8],
+    selector: &SymbolSelector,
+    opts: &LoadOptions,
+) -> Result<RawData> {
+    let format = format_of(name, opts.format).ok_or_else(|| DataError::Format {
+        path: name.to_path_buf(),
+        location: Location::File,
+        message: "cannot tell the format from the file name; pass --format".into(),
+    })?;
+    let mut collector = Collector::new(selector);
+    if let Outcome::Skipped(message) = read_bytes(name, bytes, format, opts, &mut collector)? {
+        return Err(DataError::Format {
+            path: name.to_path_buf(),
+            location: Location::File,
+            message,
+        });
+    }
+    collector.finish(name)
+}
+
+fn read_bytes(
+    path: &Path,
+    bytes: &[u8],
+    format: Format,
+    opts: &LoadOptions,
+    collector: &mut Collector<'_>,
+) -> Result<Outcome> {
+    collector.files.push(path.to_path_buf());
+    match format {
+        Format::Dbn => dbn::read(path, bytes, opts.bar_seconds, collector),
+        Format::Csv => csv::read(path, bytes, opts, collector),
+        Format::Lean => lean::read(path, bytes, opts, collector),
+        Format::Auto => unreachable!("format_of resolves Auto"),
+    }
+}
+
+/// What reading one file gave.
+pub(crate) enum Outcome {
+    /// Its bars (if any were selected) are in the collector.
+    Read,
+    /// A valid file without the bars asked for (a DBN file of another schema or bar size), and why.
+    Skipped(String),
+}
+
+/// The format a file is read as, or `None` to skip it.
+fn format_of(path: &Path, wanted: Format) -> Option<Format> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    let by_name = if name.ends_with(".dbn") || name.ends_with(".dbn.zst") {
+        Format::Dbn
+    } else if [".csv", ".csv.gz", ".csv.zst", ".txt.gz"]
+        .iter()
+        .any(|e| name.ends_with(e))
+    {
+        Format::Csv
+    } else if name.ends_with(".zip") {
+        Format::Lean
+    } else {
+        return None;
+    };
+    (wanted == Format::Auto || wanted == by_name).then_some(by_name)
+}
+
+/// One contract's bars as read, with where each came from (kept until duplicates are checked).
+/// Sources are read one after another, so each source's bars form one run of indices: a run
+/// list plus a 4-byte position per bar is all the provenance needs.
+#[derive(Default)]
+struct Accumulator {
+    bars: Vec<Bar>,
+    positions: Vec<u32>,
+    /// (source, index of its first bar), in increasing index order.
+    runs: Vec<(u32, usize)>,
+    /// Last timestamp per source, to catch out-of-order bars within one file.
+    last: Option<(u32, i64)>,
+}
+
+impl Accumulator {
+    fn provenance(&self, index: usize) -> (u32, u64) {
+        let run = self.runs.partition_point(|&(_, start)| start <= index) - 1;
+        (self.runs[run].0, u64::from(self.positions[index]))
+    }
+}
+
+/// A source is a file or one member of an archive; `member` is its name inside the archive.
+struct Source {
+    path: PathBuf,
+    member: Option<String>,
+    binary: bool,
+}
+
+impl Source {
+    fn location(&self, position: u64) -> Location {
+        match (&self.member, self.binary) {
+            _ if position == 0 => Location::File,
+            (Some(name), _) => Location::Member {
+                name: name.clone(),
+                line: position,
+            },
+            (None, true) => Location::Record(position),
+            (None, false) => Location::Line(position),
+        }
+    }
+}
+
+/// Gathers the bars of selected symbols from many sources.
+pub(crate) struct Collector<'a> {
+    selector: &'a SymbolSelector,
+    files: Vec<PathBuf>,
+    sources: Vec<Source>,
+    slots: Vec<(String, Accumulator)>,
+    slot_of: HashMap<String, Option<usize>>,
+}
+
+impl<'a> Collector<'a> {
+    fn new(selector: &'a SymbolSelector) -> Self {
+        Self {
+            selector,
+            files: Vec::new(),
+            sources: Vec::new(),
+            slots: Vec::new(),
+            slot_of: HashMap::new(),
+        }
+    }
+
+    /// Registers a source and returns its id for [`Collector::push`].
+    pub(crate) fn source(&mut self, path: &Path, member: Option<String>, binary: bool) -> u32 {
+        self.sources.push(Source {
+            path: path.to_path_buf(),
+            member,
+            binary,
+        });
+        u32::try_from(self.sources.len() - 1).expect("fewer than 4 billion sources")
+    }
+
+    /// The slot for `symbol` if it is selected; records the symbol as seen either way.
+    pub(crate) fn slot(&mut self, symbol: &str) -> Option<usize> {
+        if let Some(slot) = self.slot_of.get(symbol) {
+            return *slot;
+        }
+        let slot = self.selector.matches(symbol).then(|| {
+            self.slots.push((symbol.to_owned(), Accumulator::default()));
+            self.slots.len() - 1
+        });
+        self.slot_of.insert(symbol.to_owned(), slot);
+        slot
+    }
+
+    /// Adds a validated bar to a slot; rejects a bar older than the previous one of the same
+    /// source and contract.
+    pub(crate) fn push(&mut self, slot: usize, source: u32, position: u64, bar: Bar) -> Result<()> {
+        let (symbol, acc) = &mut self.slots[slot];
+        if let Some((last_source, last_ts)) = acc.last
+            && last_source == source
+            && bar.ts() < last_ts
+        {
+            let src = &self.sources[source as usize];
+            return Err(DataError::OutOfOrder {
+                path: src.path.clone(),
+                location: src.location(position),
+                symbol: symbol.clone(),
+                ts: bar.ts(),
+                previous: last_ts,
+            });
+        }
+        if acc.last.is_none_or(|(s, _)| s != source) {
+            acc.runs.push((source, acc.bars.len()));
+        }
+        acc.last = Some((source, bar.ts()));
+        acc.bars.push(bar);
+        // Positions past 4 billion saturate: such a file is far beyond any bar file.
+        acc.positions
+            .push(u32::try_from(position).unwrap_or(u32::MAX));
+        Ok(())
+    }
+
+    /// The error for a record whose values do not make a bar.
+    pub(crate) fn invalid_bar(
+        &self,
+        source: u32,
+        position: u64,
+        symbol: &str,
+        problem: crate::BarError,
+    ) -> DataError {
+        let src = &self.sources[source as usize];
+        DataError::InvalidBar {
+            path: src.path.clone(),
+            location: src.location(position),
+            symbol: symbol.to_owned(),
+            problem,
+        }
+    }
+
+    /// A format error at a position of a source.
+    pub(crate) fn format_error(&self, source: u32, position: u64, message: String) -> DataError {
+        let src = &self.sources[source as usize];
+        DataError::Format {
+            path: src.path.clone(),
+            location: src.location(position),
+            message,
+        }
+    }
+
+    fn finish(self, root: &Path) -> Result<RawData> {
+        let available: Vec<String> = self
+            .slot_of
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if self.slots.is_empty() {
+            if available.is_empty() {
+                return Err(DataError::Empty {
+                    dir: root.to_path_buf(),
+                    message: format!(
+                        "no bars found ({} file(s) read); expected .dbn, .dbn.zst, .csv, .csv.gz, .csv.zst or Lean .zip files",
+                        self.files.len()
+                    ),
+                });
+            }
+            return Err(DataError::UnknownSymbol {
+                wanted: self.selector.to_string(),
+                dir: root.to_path_buf(),
+                available,
+            });
+        }
+        let mut contracts = Vec::with_capacity(self.slots.len());
+        for (symbol, acc) in self.slots {
+            let bars = merge_sorted(&self.sources, &symbol, acc)?;
+            contracts.push(ContractSeries { symbol, bars });
+        }
+        contracts.sort_by(|a, b| a.symbol.cmp(&b.symbol));
+        Ok(RawData {
+            source: root.to_path_buf(),
+            files: self.files,
+            skipped_files: Vec::new(),
+            available,
+            contracts,
+        })
+    }
+}
+
+/// Orders one contract's bars from all sources in time and rejects duplicates.
+fn merge_sorted(sources: &[Source], symbol: &str, acc: Accumulator) -> Result<Vec<Bar>> {
+    let sorted = acc.bars.windows(2).all(|w| w[0].ts() < w[1].ts());
+    if sorted {
+        return Ok(acc.bars);
+    }
+    let mut order: Vec<usize> = (0..acc.bars.len()).collect();
+    // Stable, so that of two equal stamps the one read first is reported as the original.
+    order.sort_by_key(|&i| acc.bars[i].ts());
+    for w in order.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if acc.bars[a].ts() == acc.bars[b].ts() {
+            let ((fsrc, fpos), (ssrc, spos)) = (acc.provenance(a), acc.provenance(b));
+            let (fs, ss) = (&sources[fsrc as usize], &sources[ssrc as usize]);
+            return Err(DataError::Duplicate {
+                path: ss.path.clone(),
+                location: ss.location(spos),
+                symbol: symbol.to_owned(),
+                ts: acc.bars[b].ts(),
+                first: Box::new((fs.path.clone(), fs.location(fpos))),
+            });
+        }
+    }
+    Ok(order.into_iter().map(|i| acc.bars[i]).collect())
+}

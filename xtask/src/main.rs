@@ -1,0 +1,86 @@
+//! xtask: foxhunt's developer tasks (`cargo xtask --help`).
+
+mod bench;
+mod dbn_out;
+mod synth;
+mod testdata;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "foxhunt developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Rebuild test_data/futures-baseline from the real Lean ES bars (--check: verify only).
+    Testdata {
+        /// Fail if the committed files differ from a fresh build instead of writing.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Write a deterministic synthetic ES-like series (DBN ohlcv-1m, zstd).
+    Synth {
+        /// Output file.
+        #[arg(long, default_value = "target/synth/es-synth.ohlcv-1m.dbn.zst")]
+        out: PathBuf,
+        /// First calendar day, YYYY-MM-DD.
+        #[arg(long, default_value = "2019-01-02")]
+        start: String,
+        /// Number of years (1 to 9: one-digit contract years must not repeat).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+        years: u32,
+        /// Random seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        what: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Load, validate, roll and compute features of synthetic ES years.
+    Data {
+        /// Years of synthetic data.
+        #[arg(long, default_value_t = 1)]
+        years: u32,
+        /// Repetitions (the median is reported).
+        #[arg(long, default_value_t = 15)]
+        reps: usize,
+    },
+}
+
+/// The workspace root: xtask lives one level below it.
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    match cli.command {
+        Command::Testdata { check } => testdata::run(&root, check),
+        Command::Synth {
+            out,
+            start,
+            years,
+            seed,
+        } => synth::run(&root.join(out), &start, years, seed),
+        Command::Bench {
+            what: Bench::Data { years, reps },
+        } => bench::data(&root, years, reps),
+    }
+}
