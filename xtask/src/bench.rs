@@ -67,3 +67,66 @@ pub fn data(root: &Path, years: u32, reps: usize) -> Result<()> {
     );
     Ok(())
 }
+
+/// `cargo xtask bench env`: steps of the CPU reference environment per second, N environments,
+/// a 32-float observation (15 features x 2 rows + position + unrealized PnL) written into a
+/// preallocated buffer, over the bundled real ES bars.
+pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
+    use foxhunt_env::{Costs, EnvConfig, Execution, MarketData, SpecTable, VecEnv};
+    let cfg_f = FeatureConfig {
+        return_horizons: vec![1, 5, 15, 30, 60, 120],
+        vol_windows: vec![15, 60],
+        volume_window: 60,
+        time_encodings: true,
+    };
+    let calendar = SessionCalendar::cme();
+    let data = foxhunt_data::Dataset::load(
+        &root.join("test_data/futures-baseline"),
+        &SymbolSelector::Parent("ES".into()),
+        &LoadOptions::default(),
+        &calendar,
+        Adjustment::Difference,
+        &cfg_f,
+    )?;
+    let m = MarketData::from_features(&data.features, 0..data.features.rows, None);
+    let cfg = EnvConfig {
+        lookback: 2,
+        ..EnvConfig::default()
+    };
+    let dim = cfg.obs_dim(m.cols);
+    anyhow::ensure!(
+        dim == 32,
+        "observation is {dim} floats, the benchmark wants 32"
+    );
+    let exec = Execution::new(SpecTable::default().get("ES")?, Costs::default());
+    let mut env = VecEnv::new(&m, exec, cfg, 0..m.rows, envs, 7)?;
+    let (mut obs, mut rew, mut done) = (vec![0f32; envs * dim], vec![0f32; envs], vec![0u8; envs]);
+    env.reset(&mut obs);
+    // Actions are drawn before timing: the benchmark measures the environment, not a policy.
+    let actions: Vec<Vec<u8>> = (0..16u64)
+        .map(|k| {
+            (0..envs as u64)
+                .map(|i| (foxhunt_env::vec_env::mix64(k * 1_000_003 + i) % 3) as u8)
+                .collect()
+        })
+        .collect();
+    let mut per_s = Vec::new();
+    for rep in 0..=reps {
+        let t0 = Instant::now();
+        for s in 0..steps {
+            env.step(&actions[s % actions.len()], &mut obs, &mut rew, &mut done);
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        if rep > 0 {
+            per_s.push((envs * steps) as f64 / secs / 1e6); // the first repetition warms caches
+        }
+    }
+    let (median, _) = summarize(&mut per_s);
+    let best = per_s.last().copied().unwrap_or(0.0);
+    println!(
+        "bench env: {envs} environments x {steps} steps, obs {dim} floats, {} rayon threads, {reps} repetitions",
+        rayon::current_num_threads()
+    );
+    println!("env-steps/s: median {median:.1} M, best {best:.1} M");
+    Ok(())
+}

@@ -58,6 +58,18 @@ enum Bench {
         #[arg(long, default_value_t = 15)]
         reps: usize,
     },
+    /// Steps per second of the CPU reference environment.
+    Env {
+        /// Number of environments.
+        #[arg(long, default_value_t = 4096)]
+        envs: usize,
+        /// Steps per repetition.
+        #[arg(long, default_value_t = 500)]
+        steps: usize,
+        /// Repetitions (the median is reported).
+        #[arg(long, default_value_t = 9)]
+        reps: usize,
+    },
 }
 
 /// The workspace root: xtask lives one level below it.
@@ -82,5 +94,8 @@ fn main() -> Result<()> {
         Command::Bench {
             what: Bench::Data { years, reps },
         } => bench::data(&root, years, reps),
+        Command::Bench {
+            what: Bench::Env { envs, steps, reps },
+        } => bench::env(&root, envs, steps, reps),
     }
 }

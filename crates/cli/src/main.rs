@@ -1,6 +1,7 @@
 //! The `foxhunt` binary: inspect futures data, backtest baseline strategies, train DQN agents.
 
 mod args;
+mod backtest;
 mod inspect;
 
 use std::process::ExitCode;
@@ -20,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a baseline strategy over a date range and print its metrics.
+    Backtest(backtest::BacktestArgs),
     /// Work with market data.
     Data {
         #[command(subcommand)]
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Data {
             command: DataCommand::Inspect(args),
         } => inspect::run(args),
+        Command::Backtest(args) => backtest::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

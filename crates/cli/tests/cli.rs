@@ -201,3 +201,129 @@ fn bad_input_exits_non_zero_with_one_clear_paragraph() {
     ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown time zone \"Mars/Base\""));
 }
+
+#[test]
+fn backtest_json_carries_the_metrics_and_matches_an_independent_buy_and_hold() {
+    let out = json(&[
+        "backtest",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--strategy",
+        "buy-and-hold",
+        "--commission",
+        "1.5",
+        "--slippage-ticks",
+        "2",
+        "--json",
+    ]);
+    for key in [
+        "total_pnl",
+        "sharpe",
+        "sortino",
+        "max_drawdown",
+        "trades",
+        "total_costs",
+        "bars",
+    ] {
+        assert!(out.get(key).is_some(), "missing {key}: {out}");
+    }
+    // Independently from the data layer: long from the first fill (open of the second bar) to
+    // the last close, one round trip plus one per roll, each side 1.5 + 2 ticks x 12.50.
+    let d = foxhunt_data::Dataset::load(
+        &root().join("test_data/futures-baseline"),
+        &foxhunt_data::SymbolSelector::parse("ES.FUT").expect("valid"),
+        &foxhunt_data::LoadOptions::default(),
+        &foxhunt_data::SessionCalendar::cme(),
+        foxhunt_data::Adjustment::Difference,
+        &foxhunt_data::FeatureConfig::default(),
+    )
+    .expect("loads");
+    let f = &d.features;
+    let round_trip = 2.0 * (1.5 + 2.0 * 12.5);
+    let expected =
+        (f.close[f.rows - 1] - f.open[1]) * 50.0 - round_trip * (1 + d.series.rolls.len()) as f64;
+    assert!(
+        (out["total_pnl"].as_f64().expect("number") - expected).abs() < 1e-6,
+        "{out}"
+    );
+    assert_eq!(out["bars"], f.rows);
+    assert_eq!(out["total_costs"].as_f64(), Some(round_trip * 3.0));
+}
+
+#[test]
+fn backtest_all_strategies_on_every_bundled_data_set() {
+    for args in [
+        &[
+            "--data-dir",
+            "test_data/futures-baseline",
+            "--symbol",
+            "ES.FUT",
+        ][..],
+        &[
+            "--data-dir",
+            "test_data/cme-6e-1min-2024-01",
+            "--symbol",
+            "6E.FUT",
+            "--bar-time",
+            "end",
+            "--from",
+            "2024-01-10",
+            "--to",
+            "2024-01-20",
+        ],
+        &[
+            "--data-dir",
+            "test_data/lean-futures-minute/comex/minute/gc",
+            "--symbol",
+            "GC.FUT",
+        ],
+        &[
+            "--data-dir",
+            "test_data/databento-dbn",
+            "--symbol",
+            "NQ.FUT",
+        ],
+    ] {
+        let mut a = vec!["backtest", "--strategy", "all", "--json"];
+        a.extend_from_slice(args);
+        let v = json(&a);
+        let names: Vec<&str> = v
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|r| r["strategy"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            names,
+            ["flat", "buy-and-hold", "random", "momentum-30"],
+            "{args:?}"
+        );
+    }
+    let out = foxhunt(&[
+        "backtest",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--strategy",
+        "flat",
+        "--from",
+        "2030-01-01",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a backtest needs at least 2"));
+    let out = foxhunt(&[
+        "backtest",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--strategy",
+        "flat",
+        "--commission=-1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--commission must be zero or more"));
+}

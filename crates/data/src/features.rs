@@ -72,6 +72,8 @@ pub struct FeatureMatrix {
     pub close: Vec<f64>,
     /// Session index per row, `[rows]`.
     pub session: Vec<u32>,
+    /// Front contract per row (index into the series' contracts), `[rows]`: a change marks a roll.
+    pub contract: Vec<u16>,
 }
 
 impl FeatureMatrix {
@@ -129,6 +131,7 @@ pub fn compute_features(
         open: series.adjusted_bars().map(|b| b.open()).collect(),
         close: series.adjusted_bars().map(|b| b.close()).collect(),
         session: series.session.clone(),
+        contract: series.contract.clone(),
     }
 }
 
