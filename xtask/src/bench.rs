@@ -130,3 +130,100 @@ pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
     println!("env-steps/s: median {median:.1} M, best {best:.1} M");
     Ok(())
 }
+
+/// `cargo xtask bench dqn`: microseconds per DQN train_step (32 -> 128 -> 128 -> 3, Adam,
+/// double DQN, Huber, grad clip) at batch 64 and 1024, on the CPU (NdArray) or burn-cuda.
+pub fn dqn(device: &str, updates: usize) -> Result<()> {
+    match device {
+        "cpu" => {
+            dqn_on::<foxhunt_dqn::CpuBackend>(&Default::default(), "cpu (burn NdArray)", updates)
+        }
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            dqn_on::<foxhunt_dqn::CudaBackend>(&Default::default(), "cuda (burn-cuda)", updates)
+        }
+        other => anyhow::bail!(
+            "--device {other}: this build knows cpu{}",
+            if cfg!(feature = "cuda") {
+                " and cuda"
+            } else {
+                " (build xtask with --features cuda for cuda)"
+            }
+        ),
+    }
+}
+
+fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
+    device: &B::Device,
+    name: &str,
+    updates: usize,
+) -> Result<()> {
+    use foxhunt_dqn::replay::{Replay, Transition};
+    use foxhunt_dqn::{Batch, DqnAgent, DqnConfig};
+    println!(
+        "bench dqn: {name}, obs 32, hidden 128x128, 3 actions, {updates} timed updates per batch size"
+    );
+    println!(
+        "{:>6} {:>14} {:>14} {:>14}",
+        "batch", "median us", "min us", "pipelined us"
+    );
+    for batch in [64usize, 1024] {
+        let cfg = DqnConfig {
+            batch_size: batch,
+            replay_capacity: 4096,
+            ..DqnConfig::default()
+        };
+        let mut agent = DqnAgent::<B>::new(cfg, device)?;
+        let mut replay = Replay::new(4096, 1, None);
+        for k in 0..4096u32 {
+            let x = |j: u32| {
+                ((k.wrapping_mul(2654435761) ^ j.wrapping_mul(40503)) % 1000) as f32 / 500.0 - 1.0
+            };
+            replay.push(Transition {
+                obs: (0..32).map(x).collect(),
+                action: (k % 3) as u8,
+                ret: x(99),
+                next_obs: (32..64).map(x).collect(),
+                discount: 0.99,
+            });
+        }
+        // Batches are uploaded before timing: the benchmark times the update, not the sampling.
+        let batches: Vec<Batch<B>> = (0..16)
+            .map(|u| Batch::from_host(&replay.sample(batch, u), 32, device))
+            .collect();
+        let mut step = |i: usize| {
+            let b = &batches[i % batches.len()];
+            agent.train_step(Batch {
+                obs: b.obs.clone(),
+                actions: b.actions.clone(),
+                returns: b.returns.clone(),
+                next_obs: b.next_obs.clone(),
+                discounts: b.discounts.clone(),
+                weights: b.weights.clone(),
+            })
+        };
+        for i in 0..20 {
+            step(i).to_host(); // warm-up (kernel compilation on cuda)
+        }
+        // Per-update times, each synchronized by reading the loss (what a caller reading
+        // statistics every step would see), and one long run synchronized only at the end.
+        let mut each = Vec::with_capacity(updates);
+        for i in 0..updates {
+            let t0 = Instant::now();
+            step(i).to_host();
+            each.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        let t0 = Instant::now();
+        let mut last = None;
+        for i in 0..updates {
+            last = Some(step(i));
+        }
+        if let Some(s) = last {
+            s.to_host();
+        }
+        let pipelined = t0.elapsed().as_secs_f64() * 1e6 / updates as f64;
+        let (med, min) = summarize(&mut each);
+        println!("{batch:>6} {med:>14.1} {min:>14.1} {pipelined:>14.1}");
+    }
+    Ok(())
+}

@@ -58,6 +58,15 @@ enum Bench {
         #[arg(long, default_value_t = 15)]
         reps: usize,
     },
+    /// Microseconds per DQN train_step at batch 64 and 1024.
+    Dqn {
+        /// cpu, or cuda (xtask built with --features cuda).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Timed updates per batch size.
+        #[arg(long, default_value_t = 200)]
+        updates: usize,
+    },
     /// Steps per second of the CPU reference environment.
     Env {
         /// Number of environments.
@@ -97,5 +106,8 @@ fn main() -> Result<()> {
         Command::Bench {
             what: Bench::Env { envs, steps, reps },
         } => bench::env(&root, envs, steps, reps),
+        Command::Bench {
+            what: Bench::Dqn { device, updates },
+        } => bench::dqn(&device, updates),
     }
 }

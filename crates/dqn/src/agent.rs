@@ -1,0 +1,423 @@
+//! The learning rule: batched action selection and one DQN update, on any burn backend.
+
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, Int, Tensor};
+
+use crate::DqnError;
+use crate::config::{DqnConfig, Loss, TargetUpdate};
+use crate::model::QNetwork;
+
+/// A batch of n-step transitions, all on the agent's device.
+pub struct Batch<B: Backend> {
+    /// Observations, `[batch, obs_dim]`.
+    pub obs: Tensor<B, 2>,
+    /// Actions taken, `[batch]`.
+    pub actions: Tensor<B, 1, Int>,
+    /// Discounted reward sums over the n steps, `[batch]`.
+    pub returns: Tensor<B, 1>,
+    /// Observations n steps later, `[batch, obs_dim]`.
+    pub next_obs: Tensor<B, 2>,
+    /// gamma^k for the k steps summed, 0 where the episode terminated inside them, `[batch]`.
+    pub discounts: Tensor<B, 1>,
+    /// Importance weights, `[batch]` (ones for uniform replay).
+    pub weights: Tensor<B, 1>,
+}
+
+impl<B: Backend> Batch<B> {
+    /// Uploads a host batch (`obs` row-major `[batch * obs_dim]`).
+    pub fn from_host(h: &crate::replay::HostBatch, obs_dim: usize, device: &B::Device) -> Self {
+        let n = h.actions.len();
+        let f2 = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device).reshape([n, obs_dim]);
+        let f1 = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
+        Self {
+            obs: f2(&h.obs),
+            actions: Tensor::<B, 1, Int>::from_ints(h.actions.as_slice(), device),
+            returns: f1(&h.returns),
+            next_obs: f2(&h.next_obs),
+            discounts: f1(&h.discounts),
+            weights: f1(&h.weights),
+        }
+    }
+}
+
+/// Statistics of one update, left on the device: reading them (`to_host`) is the one
+/// synchronization, and the caller decides when.
+pub struct TrainStats<B: Backend> {
+    /// Mean weighted loss, `[1]`.
+    pub loss: Tensor<B, 1>,
+    /// Mean Q of the chosen actions, `[1]`.
+    pub mean_q: Tensor<B, 1>,
+    /// Mean |TD error|, `[1]`.
+    pub td_abs_mean: Tensor<B, 1>,
+    /// Largest |TD error|, `[1]`.
+    pub td_abs_max: Tensor<B, 1>,
+    /// Global gradient norm before clipping, `[1]`.
+    pub grad_norm: Tensor<B, 1>,
+    /// TD errors, `[batch]` (new priorities for prioritized replay).
+    pub td_errors: Tensor<B, 1>,
+}
+
+/// [`TrainStats`] read to the host.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct HostStats {
+    /// Mean weighted loss.
+    pub loss: f32,
+    /// Mean Q of the chosen actions.
+    pub mean_q: f32,
+    /// Mean |TD error|.
+    pub td_abs_mean: f32,
+    /// Largest |TD error|.
+    pub td_abs_max: f32,
+    /// Gradient norm before clipping.
+    pub grad_norm: f32,
+}
+
+impl<B: Backend> TrainStats<B> {
+    /// Reads the scalars (synchronizes with the device).
+    pub fn to_host(&self) -> HostStats {
+        let s = |t: &Tensor<B, 1>| t.clone().into_scalar().elem::<f32>();
+        HostStats {
+            loss: s(&self.loss),
+            mean_q: s(&self.mean_q),
+            td_abs_mean: s(&self.td_abs_mean),
+            td_abs_max: s(&self.td_abs_max),
+            grad_norm: s(&self.grad_norm),
+        }
+    }
+}
+
+use burn::tensor::ElementConversion;
+
+/// TD targets `returns + discounts * Q_target(next, a*)`, `[batch]`.
+///
+/// Double DQN: `a* = argmax_a Q_online(next, a)`; vanilla: the target network's own max.
+/// `next_online` and `next_target` are `[batch, actions]`.
+pub fn td_targets<B: Backend>(
+    next_online: Tensor<B, 2>,
+    next_target: Tensor<B, 2>,
+    returns: Tensor<B, 1>,
+    discounts: Tensor<B, 1>,
+    double: bool,
+) -> Tensor<B, 1> {
+    let next = if double {
+        let best = next_online.argmax(1);
+        next_target.gather(1, best)
+    } else {
+        next_target.max_dim(1)
+    };
+    returns + discounts * next.squeeze_dim::<1>(1)
+}
+
+/// Elementwise TD loss, `[batch] -> [batch]`.
+pub fn td_loss<B: Backend>(td: Tensor<B, 1>, loss: Loss) -> Tensor<B, 1> {
+    match loss {
+        Loss::Mse => td.powf_scalar(2.0),
+        Loss::Huber { delta } => {
+            let abs = td.clone().abs();
+            let quadratic = td.powf_scalar(2.0) * 0.5;
+            let linear = (abs.clone() - 0.5 * delta) * delta;
+            quadratic.mask_where(abs.greater_elem(delta), linear)
+        }
+    }
+}
+
+/// A DQN agent: online and target networks, Adam, counters.
+pub struct DqnAgent<B: AutodiffBackend> {
+    cfg: DqnConfig,
+    online: Option<QNetwork<B>>,
+    target: QNetwork<B::InnerBackend>,
+    optim: OptimizerAdaptor<Adam, QNetwork<B>, B>,
+    device: B::Device,
+    updates: u64,
+    env_steps: u64,
+}
+
+impl<B: AutodiffBackend> DqnAgent<B> {
+    /// A new agent on `device`. Seeds the backend with `cfg.seed`, so that initialization and
+    /// exploration are reproducible on backends with a deterministic generator (NdArray).
+    pub fn new(cfg: DqnConfig, device: &B::Device) -> Result<Self, DqnError> {
+        cfg.validate()?;
+        B::seed(device, cfg.seed);
+        let online = QNetwork::<B>::init(&cfg, device);
+        let target = online.valid();
+        let optim = Self::optimizer(&cfg);
+        Ok(Self {
+            cfg,
+            online: Some(online),
+            target,
+            optim,
+            device: device.clone(),
+            updates: 0,
+            env_steps: 0,
+        })
+    }
+
+    fn optimizer(cfg: &DqnConfig) -> OptimizerAdaptor<Adam, QNetwork<B>, B> {
+        AdamConfig::new()
+            .with_beta_1(cfg.beta1)
+            .with_beta_2(cfg.beta2)
+            .with_epsilon(cfg.adam_eps)
+            .with_weight_decay(
+                (cfg.weight_decay > 0.0).then(|| WeightDecayConfig::new(cfg.weight_decay)),
+            )
+            .init()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DqnConfig {
+        &self.cfg
+    }
+    /// The device.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+    /// Updates done.
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+    /// Environment steps counted with [`DqnAgent::count_env_steps`].
+    pub fn env_steps(&self) -> u64 {
+        self.env_steps
+    }
+    /// Adds environment steps (they drive the epsilon schedule).
+    pub fn count_env_steps(&mut self, n: u64) {
+        self.env_steps += n;
+    }
+    /// Epsilon at the current environment step.
+    pub fn epsilon(&self) -> f64 {
+        self.cfg.epsilon.at(self.env_steps)
+    }
+
+    fn online(&self) -> &QNetwork<B> {
+        self.online
+            .as_ref()
+            .expect("online network is present between updates")
+    }
+
+    /// The online network without autodiff (for evaluation and export).
+    pub fn online_net(&self) -> QNetwork<B::InnerBackend> {
+        self.online().valid()
+    }
+    /// The target network.
+    pub fn target_net(&self) -> &QNetwork<B::InnerBackend> {
+        &self.target
+    }
+
+    /// Q-values of the online network, `[n, obs_dim] -> [n, actions]`.
+    pub fn q_values(&self, obs: Tensor<B::InnerBackend, 2>) -> Tensor<B::InnerBackend, 2> {
+        self.online().valid().forward(obs)
+    }
+
+    /// Epsilon-greedy actions for N environments, `[n, obs_dim] -> [n]`; epsilon 0 is greedy.
+    pub fn act(
+        &self,
+        obs: Tensor<B::InnerBackend, 2>,
+        epsilon: f64,
+    ) -> Tensor<B::InnerBackend, 1, Int> {
+        let n = obs.dims()[0];
+        let greedy = self.q_values(obs).argmax(1).squeeze_dim::<1>(1);
+        if epsilon <= 0.0 {
+            return greedy;
+        }
+        let actions = self.cfg.actions as f64;
+        let random = Tensor::<B::InnerBackend, 1>::random(
+            [n],
+            Distribution::Uniform(0.0, actions),
+            &self.device,
+        )
+        .int()
+        .clamp_max(self.cfg.actions as i64 - 1);
+        let explore = Tensor::<B::InnerBackend, 1>::random(
+            [n],
+            Distribution::Uniform(0.0, 1.0),
+            &self.device,
+        )
+        .lower_elem(epsilon);
+        greedy.mask_where(explore, random)
+    }
+
+    /// One DQN update on `batch`. Nothing is read back to the host here.
+    pub fn train_step(&mut self, batch: Batch<B>) -> TrainStats<B::InnerBackend> {
+        let lr = self.cfg.lr_at(self.updates);
+        let online = self
+            .online
+            .take()
+            .expect("online network is present between updates");
+        let q = online
+            .forward(batch.obs)
+            .gather(1, batch.actions.unsqueeze_dim(1))
+            .squeeze_dim::<1>(1);
+        let next = batch.next_obs.inner();
+        let y = td_targets(
+            online.valid().forward(next.clone()),
+            self.target.forward(next),
+            batch.returns.inner(),
+            batch.discounts.inner(),
+            self.cfg.double,
+        );
+        let td = q.clone() - Tensor::from_inner(y);
+        let loss = (td_loss(td.clone(), self.cfg.loss) * batch.weights).mean();
+        let mut grads = GradientsParams::from_grads(loss.backward(), &online);
+        let grad_norm = global_norm::<B>(&online, &grads);
+        if let Some(max) = self.cfg.grad_clip {
+            let scale = (grad_norm.clone() + 1e-6)
+                .recip()
+                .mul_scalar(max)
+                .clamp_max(1.0);
+            scale_grads::<B>(&online, &mut grads, scale);
+        }
+        let online = self.optim.step(lr, online, grads);
+        self.updates += 1;
+        match self.cfg.target_update {
+            TargetUpdate::Hard { every } => {
+                if self.updates.is_multiple_of(every) {
+                    self.target = online.valid();
+                }
+            }
+            TargetUpdate::Soft { tau } => {
+                self.target = polyak(&online.valid(), self.target.clone(), tau)
+            }
+        }
+        self.online = Some(online);
+        let td = td.inner();
+        TrainStats {
+            loss: loss.inner(),
+            mean_q: q.inner().mean(),
+            td_abs_mean: td.clone().abs().mean(),
+            td_abs_max: td.clone().abs().max(),
+            grad_norm,
+            td_errors: td,
+        }
+    }
+
+    /// Parts for checkpoints.
+    pub(crate) fn parts(&self) -> Parts<'_, B> {
+        Parts {
+            online: self.online(),
+            target: &self.target,
+            optim: &self.optim,
+            updates: self.updates,
+            env_steps: self.env_steps,
+        }
+    }
+
+    /// Rebuilds an agent from checkpoint parts.
+    pub(crate) fn from_parts(
+        cfg: DqnConfig,
+        device: &B::Device,
+        online: QNetwork<B>,
+        target: QNetwork<B::InnerBackend>,
+        optim: OptimizerAdaptor<Adam, QNetwork<B>, B>,
+        updates: u64,
+        env_steps: u64,
+    ) -> Self {
+        Self {
+            cfg,
+            online: Some(online),
+            target,
+            optim,
+            device: device.clone(),
+            updates,
+            env_steps,
+        }
+    }
+
+    /// A fresh optimizer of this configuration (to load an optimizer record into).
+    pub(crate) fn fresh_optimizer(cfg: &DqnConfig) -> OptimizerAdaptor<Adam, QNetwork<B>, B> {
+        Self::optimizer(cfg)
+    }
+}
+
+/// What a checkpoint holds of an agent, borrowed.
+pub(crate) struct Parts<'a, B: AutodiffBackend> {
+    pub online: &'a QNetwork<B>,
+    pub target: &'a QNetwork<B::InnerBackend>,
+    pub optim: &'a OptimizerAdaptor<Adam, QNetwork<B>, B>,
+    pub updates: u64,
+    pub env_steps: u64,
+}
+
+/// sqrt(sum of squared gradients over every parameter), `[1]`, on the device.
+fn global_norm<B: AutodiffBackend>(
+    module: &QNetwork<B>,
+    grads: &GradientsParams,
+) -> Tensor<B::InnerBackend, 1> {
+    struct Norm<'a, B: AutodiffBackend> {
+        grads: &'a GradientsParams,
+        sum: Option<Tensor<B::InnerBackend, 1>>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Norm<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
+                let s = g.powf_scalar(2.0).sum();
+                self.sum = Some(match self.sum.take() {
+                    Some(acc) => acc + s,
+                    None => s,
+                });
+            }
+        }
+    }
+    let mut v = Norm::<B> { grads, sum: None };
+    module.visit(&mut v);
+    v.sum.expect("the network has parameters").sqrt()
+}
+
+/// Multiplies every gradient by `scale` (`[1]`), on the device.
+fn scale_grads<B: AutodiffBackend>(
+    module: &QNetwork<B>,
+    grads: &mut GradientsParams,
+    scale: Tensor<B::InnerBackend, 1>,
+) {
+    struct Scale<'a, B: AutodiffBackend> {
+        grads: &'a mut GradientsParams,
+        scale: Tensor<B::InnerBackend, 1>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+                let s = self.scale.clone().reshape([1; D]);
+                self.grads.register::<B::InnerBackend, D>(param.id, g * s);
+            }
+        }
+    }
+    module.visit(&mut Scale::<B> { grads, scale });
+}
+
+/// target <- tau * online + (1 - tau) * target, parameter by parameter (same visiting order).
+fn polyak<B: Backend>(online: &QNetwork<B>, target: QNetwork<B>, tau: f32) -> QNetwork<B> {
+    struct Collect<B: Backend> {
+        params: Vec<Tensor<B, 1>>,
+    }
+    impl<B: Backend> ModuleVisitor<B> for Collect<B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let t = param.val();
+            let n = t.shape().num_elements();
+            self.params.push(t.reshape([n]));
+        }
+    }
+    struct Blend<B: Backend> {
+        params: std::vec::IntoIter<Tensor<B, 1>>,
+        tau: f32,
+    }
+    impl<B: Backend> ModuleMapper<B> for Blend<B> {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let (id, tensor, mapper) = param.consume();
+            let src = self
+                .params
+                .next()
+                .expect("same architecture")
+                .reshape(tensor.shape());
+            Param::from_mapped_value(id, src * self.tau + tensor * (1.0 - self.tau), mapper)
+        }
+    }
+    let mut c = Collect { params: Vec::new() };
+    online.visit(&mut c);
+    target.map(&mut Blend {
+        params: c.params.into_iter(),
+        tau,
+    })
+}

@@ -1,0 +1,162 @@
+//! Checkpoints: online and target networks, optimizer state, counters and config in one file,
+//! written atomically (temporary file, then rename), refused under a different config.
+//!
+//! Layout: the magic `FOXHUNT-DQN1`, then four length-prefixed (u64 little-endian) parts: a JSON
+//! header (config, updates, env steps), and the online, target and optimizer records in burn's
+//! binary recorder format at full precision.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use serde::{Deserialize, Serialize};
+
+use crate::DqnError;
+use crate::agent::DqnAgent;
+use crate::config::DqnConfig;
+use crate::model::QNetwork;
+
+const MAGIC: &[u8; 12] = b"FOXHUNT-DQN1";
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    config: DqnConfig,
+    updates: u64,
+    env_steps: u64,
+}
+
+fn err(path: &Path, message: impl Into<String>) -> DqnError {
+    DqnError::Checkpoint {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Writes `agent` to `path` atomically: a crash leaves the old file or the new one, never half.
+pub fn save<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<(), DqnError> {
+    let crate::agent::Parts {
+        online,
+        target,
+        optim,
+        updates,
+        env_steps,
+    } = agent.parts();
+    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let header = serde_json::to_vec(&Header {
+        config: agent.config().clone(),
+        updates,
+        env_steps,
+    })
+    .map_err(|e| err(path, e.to_string()))?;
+    let parts: [Vec<u8>; 4] = [
+        header,
+        Recorder::<B>::record(&rec, online.clone().into_record(), ())
+            .map_err(|e| err(path, format!("online network: {e}")))?,
+        Recorder::<B::InnerBackend>::record(&rec, target.clone().into_record(), ())
+            .map_err(|e| err(path, format!("target network: {e}")))?,
+        Recorder::<B>::record(&rec, optim.to_record(), ())
+            .map_err(|e| err(path, format!("optimizer: {e}")))?,
+    ];
+    let mut bytes = MAGIC.to_vec();
+    for p in &parts {
+        bytes.extend_from_slice(&(p.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(p);
+    }
+    let tmp: PathBuf = {
+        let mut name = path
+            .file_name()
+            .ok_or_else(|| err(path, "not a file path"))?
+            .to_os_string();
+        name.push(".tmp");
+        path.with_file_name(name)
+    };
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(path, format!("cannot write: {e}"))
+    })
+}
+
+/// Reads a checkpoint written by [`save`] for exactly `cfg`; anything else is an error that
+/// names the differing settings.
+pub fn load<B: AutodiffBackend>(
+    path: &Path,
+    cfg: &DqnConfig,
+    device: &B::Device,
+) -> Result<DqnAgent<B>, DqnError> {
+    let bytes = std::fs::read(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    let rest = bytes
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or_else(|| err(path, "not a foxhunt DQN checkpoint (bad magic)"))?;
+    let mut parts = Vec::with_capacity(4);
+    let mut at = rest;
+    for name in ["header", "online network", "target network", "optimizer"] {
+        let (len, tail) = at
+            .split_first_chunk::<8>()
+            .ok_or_else(|| err(path, format!("truncated before the {name}")))?;
+        let len = usize::try_from(u64::from_le_bytes(*len))
+            .map_err(|_| err(path, "length out of range"))?;
+        if tail.len() < len {
+            return Err(err(path, format!("truncated inside the {name}")));
+        }
+        parts.push(&tail[..len]);
+        at = &tail[len..];
+    }
+    let header: Header =
+        serde_json::from_slice(parts[0]).map_err(|e| err(path, format!("bad header: {e}")))?;
+    if &header.config != cfg {
+        return Err(err(
+            path,
+            format!(
+                "written for another configuration; differing settings: {}",
+                diff(&header.config, cfg)
+            ),
+        ));
+    }
+    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let online = QNetwork::<B>::init(cfg, device).load_record(
+        Recorder::<B>::load(&rec, parts[1].to_vec(), device)
+            .map_err(|e| err(path, format!("online network: {e}")))?,
+    );
+    let target = QNetwork::<B::InnerBackend>::init(cfg, device).load_record(
+        Recorder::<B::InnerBackend>::load(&rec, parts[2].to_vec(), device)
+            .map_err(|e| err(path, format!("target network: {e}")))?,
+    );
+    let optim = DqnAgent::<B>::fresh_optimizer(cfg).load_record(
+        Recorder::<B>::load(&rec, parts[3].to_vec(), device)
+            .map_err(|e| err(path, format!("optimizer: {e}")))?,
+    );
+    Ok(DqnAgent::from_parts(
+        cfg.clone(),
+        device,
+        online,
+        target,
+        optim,
+        header.updates,
+        header.env_steps,
+    ))
+}
+
+/// `name: saved -> wanted` for each top-level setting that differs.
+fn diff(saved: &DqnConfig, wanted: &DqnConfig) -> String {
+    let (a, b) = (
+        serde_json::to_value(saved).unwrap_or_default(),
+        serde_json::to_value(wanted).unwrap_or_default(),
+    );
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return "unknown".into();
+    };
+    a.iter()
+        .filter(|(k, v)| b.get(*k) != Some(v))
+        .map(|(k, v)| format!("{k}: {v} -> {}", b.get(k).cloned().unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

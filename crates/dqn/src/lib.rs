@@ -1,0 +1,29 @@
+//! foxhunt-dqn: a Deep Q-Network agent on burn, generic over the backend (NdArray on the CPU,
+//! burn-cuda with the `cuda` feature).
+//!
+//! [`DqnConfig`] holds every hyperparameter with documented defaults; [`QNetwork`] is the MLP
+//! (optional dueling head and layer norm); [`DqnAgent`] acts for N environments and runs one
+//! update per [`DqnAgent::train_step`] (double or vanilla targets, n-step returns, Huber or MSE,
+//! gradient-norm clipping, Adam with a learning-rate schedule, hard or Polyak target updates);
+//! [`replay`] is the host replay (uniform or prioritized); [`checkpoint`] saves and loads it all.
+//! `train_step` takes a [`Batch`] of tensors and returns statistics as tensors, so a fused engine
+//! that keeps parameters and replay on the GPU can stand behind the same interface.
+
+pub mod agent;
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod replay;
+
+pub use agent::{Batch, DqnAgent, HostStats, TrainStats};
+pub use config::DqnConfig;
+pub use error::DqnError;
+pub use model::QNetwork;
+
+/// The CPU training backend: burn's NdArray with autodiff.
+pub type CpuBackend = burn::backend::Autodiff<burn::backend::NdArray<f32>>;
+
+/// The CUDA training backend (feature `cuda`).
+#[cfg(feature = "cuda")]
+pub type CudaBackend = burn::backend::Autodiff<burn::backend::Cuda<f32, i32>>;

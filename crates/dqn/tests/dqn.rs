@@ -1,0 +1,579 @@
+//! foxhunt-dqn's correctness tests on the CPU (NdArray); the CUDA equivalence test runs with
+//! `--features cuda` and FOXHUNT_GPU_TESTS=1.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use foxhunt_dqn::agent::{td_loss, td_targets};
+use foxhunt_dqn::config::{Activation, Loss, TargetUpdate};
+use foxhunt_dqn::model::dueling;
+use foxhunt_dqn::replay::{HostBatch, Replay, Transition};
+use foxhunt_dqn::*;
+
+type B = CpuBackend;
+type Inner = NdArray<f32>;
+
+fn dev() -> burn::tensor::Device<B> {
+    Default::default()
+}
+
+fn onehot(i: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|k| f32::from(u8::from(k == i))).collect()
+}
+
+fn q_of(agent: &DqnAgent<B>, obs: Vec<f32>, dim: usize) -> Vec<f32> {
+    let t = Tensor::<Inner, 1>::from_floats(obs.as_slice(), &dev()).reshape([1, dim]);
+    agent.q_values(t).into_data().to_vec::<f32>().expect("f32")
+}
+
+fn train(agent: &mut DqnAgent<B>, replay: &mut Replay, updates: usize) {
+    let (bs, dim) = (agent.config().batch_size, agent.config().obs_dim);
+    for _ in 0..updates {
+        let hb = replay.sample(bs, agent.updates());
+        let stats = agent.train_step(Batch::from_host(&hb, dim, &dev()));
+        if agent.config().prioritized.is_some() {
+            replay.update_priorities(
+                &hb.slots,
+                &stats.td_errors.into_data().to_vec::<f32>().expect("f32"),
+            );
+        }
+    }
+}
+
+/// A chain of N states; "right" moves on and reaching the last state pays 1 and ends the episode;
+/// "left" moves back (or stays at 0) and pays nothing. Q*(s, right) = g^(N-2-s),
+/// Q*(s, left) = g * V*(max(s-1, 0)), V*(s) = g^(N-2-s).
+fn chain(
+    n: usize,
+    gamma: f64,
+    prioritized: bool,
+    dueling: bool,
+) -> (DqnAgent<B>, Vec<(usize, [f64; 2])>) {
+    let cfg = DqnConfig {
+        obs_dim: n,
+        actions: 2,
+        hidden: vec![32],
+        gamma,
+        lr: 5e-3,
+        batch_size: 32,
+        replay_capacity: 64,
+        target_update: TargetUpdate::Hard { every: 50 },
+        prioritized: prioritized.then(Default::default),
+        dueling,
+        seed: 3,
+        ..DqnConfig::default()
+    };
+    let mut agent = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid config");
+    let mut replay = Replay::new(64, 1, cfg.prioritized);
+    for s in 0..n - 1 {
+        for a in 0..2u8 {
+            let next = if a == 1 { s + 1 } else { s.saturating_sub(1) };
+            let end = next == n - 1;
+            replay.push(Transition {
+                obs: onehot(s, n),
+                action: a,
+                ret: f32::from(u8::from(end)),
+                next_obs: onehot(next, n),
+                discount: if end { 0.0 } else { gamma as f32 },
+            });
+        }
+    }
+    train(&mut agent, &mut replay, 2_000);
+    let v = |s: usize| gamma.powi((n - 2 - s) as i32);
+    let want = (0..n - 1)
+        .map(|s| (s, [gamma * v(s.saturating_sub(1)), v(s)]))
+        .collect();
+    (agent, want)
+}
+
+#[test]
+fn converges_to_the_optimal_q_values_of_a_chain() {
+    for (prioritized, dueling) in [(false, false), (true, false), (false, true)] {
+        let (agent, want) = chain(5, 0.9, prioritized, dueling);
+        for (s, q_star) in want {
+            let q = q_of(&agent, onehot(s, 5), 5);
+            for a in 0..2 {
+                assert!(
+                    (f64::from(q[a]) - q_star[a]).abs() < 0.05,
+                    "per {prioritized} dueling {dueling}: Q({s},{a}) = {} vs {}",
+                    q[a],
+                    q_star[a]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn picks_the_best_arm_of_a_contextual_bandit() {
+    let cfg = DqnConfig {
+        obs_dim: 3,
+        actions: 3,
+        hidden: vec![16],
+        lr: 1e-2,
+        batch_size: 16,
+        replay_capacity: 32,
+        seed: 9,
+        ..DqnConfig::default()
+    };
+    let mut agent = DqnAgent::<B>::new(cfg, &dev()).expect("valid");
+    let mut replay = Replay::new(32, 2, None);
+    for c in 0..3 {
+        for a in 0..3u8 {
+            let best = (c + 1) % 3;
+            let r = if usize::from(a) == best {
+                1.0
+            } else {
+                0.2 * f32::from(a)
+            };
+            replay.push(Transition {
+                obs: onehot(c, 3),
+                action: a,
+                ret: r,
+                next_obs: onehot(c, 3),
+                discount: 0.0,
+            });
+        }
+    }
+    train(&mut agent, &mut replay, 600);
+    let obs = Tensor::<Inner, 1>::from_floats(
+        [1.0f32, 0., 0., 0., 1., 0., 0., 0., 1.].as_slice(),
+        &dev(),
+    )
+    .reshape([3, 3]);
+    let greedy = agent
+        .act(obs, 0.0)
+        .into_data()
+        .to_vec::<i64>()
+        .expect("i64");
+    assert_eq!(greedy, vec![1, 2, 0]);
+}
+
+#[test]
+fn targets_and_dueling_by_hand() {
+    let d = dev();
+    let t2 = |v: [[f32; 2]; 2]| Tensor::<Inner, 2>::from_floats(v, &d);
+    let t1 = |v: [f32; 2]| Tensor::<Inner, 1>::from_floats(v, &d);
+    let (online, target) = (
+        t2([[1.0, 3.0], [2.0, 0.0]]),
+        t2([[10.0, 20.0], [30.0, 40.0]]),
+    );
+    let (ret, disc) = (t1([1.0, 2.0]), t1([0.9, 0.5]));
+    // Double: online picks actions 1 and 0, target values 20 and 30: 1 + 18, 2 + 15.
+    let y = td_targets(
+        online.clone(),
+        target.clone(),
+        ret.clone(),
+        disc.clone(),
+        true,
+    );
+    assert_eq!(
+        y.into_data().to_vec::<f32>().expect("f32"),
+        vec![19.0, 17.0]
+    );
+    // Vanilla: the target's max, 20 and 40: 1 + 18, 2 + 20.
+    let y = td_targets(online, target, ret, disc, false);
+    assert_eq!(
+        y.into_data().to_vec::<f32>().expect("f32"),
+        vec![19.0, 22.0]
+    );
+    // Dueling: V = 1, A = (1, 2, 3): Q = 1 + A - 2.
+    let q = dueling(
+        Tensor::<Inner, 2>::from_floats([[1.0]], &d),
+        Tensor::<Inner, 2>::from_floats([[1.0, 2.0, 3.0]], &d),
+    );
+    assert_eq!(
+        q.into_data().to_vec::<f32>().expect("f32"),
+        vec![0.0, 1.0, 2.0]
+    );
+    // Huber(1): 0.5 * 0.5^2 and 1 * (3 - 0.5); MSE squares.
+    let td = t1([0.5, -3.0]);
+    assert_eq!(
+        td_loss(td.clone(), Loss::Huber { delta: 1.0 })
+            .into_data()
+            .to_vec::<f32>()
+            .expect("f32"),
+        vec![0.125, 2.5]
+    );
+    assert_eq!(
+        td_loss(td, Loss::Mse)
+            .into_data()
+            .to_vec::<f32>()
+            .expect("f32"),
+        vec![0.25, 9.0]
+    );
+}
+
+/// Adds `h` to element `index` of the `which`-th float parameter.
+struct Nudge {
+    which: usize,
+    index: usize,
+    h: f64,
+    seen: usize,
+}
+impl<Bk: Backend> ModuleMapper<Bk> for Nudge {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<Bk, D>>) -> Param<Tensor<Bk, D>> {
+        let (id, t, mapper) = param.consume();
+        let k = self.seen;
+        self.seen += 1;
+        if k != self.which {
+            return Param::from_mapped_value(id, t, mapper);
+        }
+        let shape = t.shape();
+        let mut v = t.into_data().convert::<f64>().to_vec::<f64>().expect("f64");
+        v[self.index] += self.h;
+        let dev = Default::default();
+        Param::from_mapped_value(
+            id,
+            Tensor::<Bk, 1>::from_data(TensorData::new(v, [shape.num_elements()]), &dev)
+                .reshape(shape),
+            mapper,
+        )
+    }
+}
+
+/// The ids of the float parameters in visiting order.
+struct Ids(Vec<burn::module::ParamId>);
+impl<Bk: Backend> ModuleVisitor<Bk> for Ids {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<Bk, D>>) {
+        self.0.push(p.id);
+    }
+}
+
+#[test]
+fn gradients_agree_with_finite_differences() {
+    type F = Autodiff<NdArray<f64>>;
+    let d = Default::default();
+    let cfg = DqnConfig {
+        obs_dim: 3,
+        actions: 2,
+        hidden: vec![4],
+        activation: Activation::Tanh,
+        layer_norm: true,
+        dueling: true,
+        ..DqnConfig::default()
+    };
+    F::seed(&d, 11);
+    let net = QNetwork::<F>::init(&cfg, &d);
+    // from_floats would store f32; f64 data keeps the whole check in double precision.
+    let obs = Tensor::<F, 2>::from_data(
+        TensorData::from([[0.3f64, -1.2, 0.5], [1.1, 0.4, -0.7], [-0.2, 0.9, 0.8]]),
+        &d,
+    );
+    let actions = Tensor::<F, 1, Int>::from_ints([1, 0, 1], &d);
+    let y = Tensor::<F, 1>::from_data(TensorData::from([0.5f64, -0.25, 2.0]), &d);
+    let loss = |net: &QNetwork<F>| {
+        let q = net
+            .forward(obs.clone())
+            .gather(1, actions.clone().unsqueeze_dim(1))
+            .squeeze_dim::<1>(1);
+        td_loss(q - y.clone(), Loss::Huber { delta: 1.0 }).mean()
+    };
+    let grads = GradientsParams::from_grads(loss(&net).backward(), &net);
+    let mut ids = Ids(Vec::new());
+    net.visit(&mut ids);
+    let h = 1e-6;
+    let mut checked = 0;
+    for (which, id) in ids.0.iter().enumerate() {
+        let as_f64 = |d: TensorData| {
+            assert_eq!(
+                d.dtype,
+                burn::tensor::DType::F64,
+                "the check must run in f64"
+            );
+            d.to_vec::<f64>().expect("f64")
+        };
+        let Some(g) = grads
+            .get::<NdArray<f64>, 2>(*id)
+            .map(|g| as_f64(g.into_data()))
+            .or_else(|| {
+                grads
+                    .get::<NdArray<f64>, 1>(*id)
+                    .map(|g| as_f64(g.into_data()))
+            })
+        else {
+            continue;
+        };
+        for index in [0, g.len() / 2, g.len() - 1] {
+            let at = |h: f64| {
+                loss(&net.clone().map(&mut Nudge {
+                    which,
+                    index,
+                    h,
+                    seen: 0,
+                }))
+                .into_scalar()
+                .elem::<f64>()
+            };
+            let fd = (at(h) - at(-h)) / (2.0 * h);
+            assert!(
+                (fd - g[index]).abs() < 1e-6 + 1e-4 * fd.abs(),
+                "param {which}[{index}]: analytic {} vs numeric {fd}",
+                g[index]
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 18,
+        "every layer's parameters were checked ({checked})"
+    );
+}
+
+fn weights(agent: &DqnAgent<B>) -> Vec<f32> {
+    struct All(Vec<f32>);
+    impl<Bk: Backend> ModuleVisitor<Bk> for All {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<Bk, D>>) {
+            self.0.extend(
+                p.val()
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .expect("f32"),
+            );
+        }
+    }
+    let mut all = All(Vec::new());
+    agent.online_net().visit(&mut all);
+    agent.target_net().visit(&mut all);
+    all.0
+}
+
+fn fixed_batches(dim: usize, count: usize) -> Vec<HostBatch> {
+    let mut r = Replay::new(256, 5, None);
+    for k in 0..256u32 {
+        let x = |j: u32| ((k * 31 + j * 17) % 97) as f32 / 97.0 - 0.5;
+        r.push(Transition {
+            obs: (0..dim as u32).map(x).collect(),
+            action: (k % 3) as u8,
+            ret: x(7),
+            next_obs: (0..dim as u32).map(|j| x(j + 3)).collect(),
+            discount: 0.9,
+        });
+    }
+    (0..count).map(|u| r.sample(32, u as u64)).collect()
+}
+
+#[test]
+fn same_seed_same_weights_bit_for_bit() {
+    let cfg = DqnConfig {
+        obs_dim: 8,
+        hidden: vec![16, 16],
+        target_update: TargetUpdate::Soft { tau: 0.05 },
+        seed: 21,
+        ..DqnConfig::default()
+    };
+    let batches = fixed_batches(8, 40);
+    let run = |cfg: &DqnConfig| {
+        let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
+        for b in &batches {
+            a.train_step(Batch::from_host(b, 8, &dev()));
+        }
+        weights(&a)
+    };
+    let (w1, w2) = (run(&cfg), run(&cfg));
+    assert_eq!(w1, w2);
+    assert_ne!(w1, run(&DqnConfig { seed: 22, ..cfg }));
+}
+
+#[test]
+fn reported_grad_norm_is_the_norm_before_clipping_and_stats_are_sane() {
+    let cfg = DqnConfig {
+        obs_dim: 8,
+        hidden: vec![16],
+        grad_clip: Some(1e-3),
+        seed: 4,
+        ..DqnConfig::default()
+    };
+    let b = &fixed_batches(8, 1)[0];
+    let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
+    let stats = a.train_step(Batch::from_host(b, 8, &dev())).to_host();
+    assert!(
+        stats.grad_norm > 1e-3,
+        "the norm before clipping is reported: {}",
+        stats.grad_norm
+    );
+    assert!(stats.loss > 0.0 && stats.td_abs_max >= stats.td_abs_mean && stats.mean_q.is_finite());
+    assert_eq!(a.updates(), 1);
+}
+
+#[test]
+fn checkpoints_resume_exactly_and_refuse_other_configs() {
+    let cfg = DqnConfig {
+        obs_dim: 8,
+        hidden: vec![16],
+        seed: 6,
+        ..DqnConfig::default()
+    };
+    let batches = fixed_batches(8, 20);
+    let dir = std::env::temp_dir().join(format!("foxhunt-dqn-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("agent.ckpt");
+    let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
+    a.count_env_steps(1234);
+    for b in &batches[..10] {
+        a.train_step(Batch::from_host(b, 8, &dev()));
+    }
+    checkpoint::save(&a, &path).expect("saves");
+    assert!(
+        !dir.join("agent.ckpt.tmp").exists(),
+        "no temporary file left behind"
+    );
+    let mut b = checkpoint::load::<B>(&path, &cfg, &dev()).expect("loads");
+    assert_eq!((b.updates(), b.env_steps()), (10, 1234));
+    assert_eq!(weights(&a), weights(&b));
+    for batch in &batches[10..] {
+        a.train_step(Batch::from_host(batch, 8, &dev()));
+        b.train_step(Batch::from_host(batch, 8, &dev()));
+    }
+    assert_eq!(weights(&a), weights(&b), "optimizer state came back too");
+    let other = DqnConfig {
+        hidden: vec![32],
+        ..cfg.clone()
+    };
+    let e = checkpoint::load::<B>(&path, &other, &dev())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("agent.ckpt") && e.contains("hidden: [16] -> [32]"),
+        "{e}"
+    );
+    let bytes = std::fs::read(&path).expect("read");
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
+    let e = checkpoint::load::<B>(&path, &cfg, &dev())
+        .err()
+        .expect("truncated")
+        .to_string();
+    assert!(e.contains("truncated"), "{e}");
+}
+
+#[test]
+fn schedules() {
+    use foxhunt_dqn::config::{Decay, Epsilon, LrSchedule};
+    let lin = Epsilon {
+        start: 1.0,
+        end: 0.1,
+        steps: 100,
+        decay: Decay::Linear,
+    };
+    assert!((lin.at(50) - 0.55).abs() < 1e-12 && lin.at(1_000) == 0.1);
+    let exp = Epsilon {
+        decay: Decay::Exponential,
+        ..lin
+    };
+    assert!((exp.at(50) - 0.1f64.sqrt()).abs() < 1e-12);
+    let c = DqnConfig {
+        lr: 1.0,
+        lr_schedule: LrSchedule::Cosine {
+            min_factor: 0.0,
+            steps: 100,
+        },
+        ..DqnConfig::default()
+    };
+    assert!((c.lr_at(50) - 0.5).abs() < 1e-12 && c.lr_at(100).abs() < 1e-12);
+    let l = DqnConfig {
+        lr: 1.0,
+        lr_schedule: LrSchedule::Linear {
+            end_factor: 0.5,
+            steps: 10,
+        },
+        ..DqnConfig::default()
+    };
+    assert!((l.lr_at(5) - 0.75).abs() < 1e-12 && l.lr_at(20) == 0.5);
+    assert!(
+        DqnConfig {
+            hidden: vec![],
+            ..DqnConfig::default()
+        }
+        .validate()
+        .is_err()
+    );
+    assert!(
+        DqnConfig {
+            target_update: TargetUpdate::Soft { tau: 0.0 },
+            ..DqnConfig::default()
+        }
+        .validate()
+        .is_err()
+    );
+}
+
+#[test]
+fn epsilon_greedy_explores_at_the_asked_rate() {
+    let cfg = DqnConfig {
+        obs_dim: 4,
+        actions: 3,
+        hidden: vec![8],
+        seed: 8,
+        ..DqnConfig::default()
+    };
+    let agent = DqnAgent::<B>::new(cfg, &dev()).expect("valid");
+    let n = 4000;
+    let obs = Tensor::<Inner, 2>::zeros([n, 4], &dev());
+    let greedy = agent
+        .act(obs.clone(), 0.0)
+        .into_data()
+        .to_vec::<i64>()
+        .expect("i64");
+    let explored = agent
+        .act(obs, 0.3)
+        .into_data()
+        .to_vec::<i64>()
+        .expect("i64");
+    let differ = greedy.iter().zip(&explored).filter(|(a, b)| a != b).count() as f64 / n as f64;
+    // A random action differs from the greedy one 2/3 of the time: expect 0.3 * 2/3 = 0.2.
+    assert!((differ - 0.2).abs() < 0.03, "{differ}");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_q_values_match_ndarray() {
+    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() != Ok("1") {
+        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
+        return;
+    }
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    type C = burn::backend::Cuda<f32, i32>;
+    let cfg = DqnConfig {
+        obs_dim: 32,
+        hidden: vec![128, 128],
+        dueling: true,
+        layer_norm: true,
+        seed: 5,
+        ..DqnConfig::default()
+    };
+    let cpu = QNetwork::<Inner>::init(&cfg, &Default::default());
+    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let bytes = Recorder::<Inner>::record(&rec, cpu.clone().into_record(), ()).expect("record");
+    let cd = burn::backend::cuda::CudaDevice::default();
+    let gpu = QNetwork::<C>::init(&cfg, &cd)
+        .load_record(Recorder::<C>::load(&rec, bytes, &cd).expect("load"));
+    let obs: Vec<f32> = (0..256 * 32)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let q_cpu = cpu
+        .forward(
+            Tensor::<Inner, 1>::from_floats(obs.as_slice(), &Default::default()).reshape([256, 32]),
+        )
+        .into_data()
+        .to_vec::<f32>()
+        .expect("f32");
+    let q_gpu = gpu
+        .forward(Tensor::<C, 1>::from_floats(obs.as_slice(), &cd).reshape([256, 32]))
+        .into_data()
+        .to_vec::<f32>()
+        .expect("f32");
+    let worst = q_cpu
+        .iter()
+        .zip(&q_gpu)
+        .map(|(a, b)| (a - b).abs() / a.abs().max(1e-3))
+        .fold(0f32, f32::max);
+    println!(
+        "cuda vs ndarray: {} Q-values, worst relative difference {worst:e}",
+        q_cpu.len()
+    );
+    assert!(worst < 1e-4, "worst relative difference {worst}");
+}
