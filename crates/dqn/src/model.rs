@@ -1,7 +1,7 @@
 //! The Q-network: an MLP over the flat observation with an optional dueling head and optional
 //! layer norm.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::Tensor;
 use burn::tensor::activation::{gelu, relu};
@@ -38,7 +38,7 @@ impl<B: Backend> QNetwork<B> {
             }
             width = h;
         }
-        Self {
+        let net = Self {
             hidden,
             norms,
             head: LinearConfig::new(width, cfg.actions).init(device),
@@ -46,7 +46,12 @@ impl<B: Backend> QNetwork<B> {
                 .dueling
                 .then(|| LinearConfig::new(width, 1).init(device)),
             activation: cfg.activation,
-        }
+        };
+        // burn initializes parameters lazily, and a clone of an uninitialized parameter draws
+        // its own random values: a target network cloned now would not equal the online one,
+        // and a recorded copy would not equal the network in use. Draw every value now.
+        net.visit(&mut Materialize);
+        net
     }
 
     /// Q-values, `[batch, obs_dim] -> [batch, actions]`.
@@ -68,6 +73,14 @@ impl<B: Backend> QNetwork<B> {
             Some(v) => dueling(v.forward(x), a),
             None => a,
         }
+    }
+}
+
+/// Forces each parameter's lazy initialization.
+struct Materialize;
+impl<B: Backend> ModuleVisitor<B> for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
     }
 }
 

@@ -334,6 +334,36 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
 }
 
 #[test]
+fn a_new_agent_starts_with_target_equal_to_online_and_records_what_it_uses() {
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    let cfg = DqnConfig {
+        obs_dim: 8,
+        hidden: vec![16],
+        dueling: true,
+        seed: 13,
+        ..DqnConfig::default()
+    };
+    let agent = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
+    let w = weights(&agent);
+    let (online, target) = w.split_at(w.len() / 2);
+    assert_eq!(
+        online, target,
+        "target network starts as a copy of the online one"
+    );
+    // A fresh network recorded and loaded elsewhere computes what the original computes.
+    let net = QNetwork::<Inner>::init(&cfg, &dev());
+    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let bytes = Recorder::<Inner>::record(&rec, net.clone().into_record(), ()).expect("record");
+    let copy = QNetwork::<Inner>::init(&cfg, &dev())
+        .load_record(Recorder::<Inner>::load(&rec, bytes, &dev()).expect("load"));
+    let x = Tensor::<Inner, 2>::ones([2, 8], &dev());
+    assert_eq!(
+        net.forward(x.clone()).into_data(),
+        copy.forward(x).into_data()
+    );
+}
+
+#[test]
 fn schedules() {
     use foxhunt_dqn::config::{Decay, Epsilon, LrSchedule};
     let lin = Epsilon {
@@ -420,43 +450,79 @@ fn cuda_q_values_match_ndarray() {
     }
     use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
     type C = burn::backend::Cuda<f32, i32>;
-    let cfg = DqnConfig {
-        obs_dim: 32,
-        hidden: vec![128, 128],
-        dueling: true,
-        layer_norm: true,
-        seed: 5,
-        ..DqnConfig::default()
-    };
-    let cpu = QNetwork::<Inner>::init(&cfg, &Default::default());
-    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let bytes = Recorder::<Inner>::record(&rec, cpu.clone().into_record(), ()).expect("record");
     let cd = burn::backend::cuda::CudaDevice::default();
-    let gpu = QNetwork::<C>::init(&cfg, &cd)
-        .load_record(Recorder::<C>::load(&rec, bytes, &cd).expect("load"));
     let obs: Vec<f32> = (0..256 * 32)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
-    let q_cpu = cpu
-        .forward(
-            Tensor::<Inner, 1>::from_floats(obs.as_slice(), &Default::default()).reshape([256, 32]),
-        )
-        .into_data()
-        .to_vec::<f32>()
-        .expect("f32");
-    let q_gpu = gpu
-        .forward(Tensor::<C, 1>::from_floats(obs.as_slice(), &cd).reshape([256, 32]))
-        .into_data()
-        .to_vec::<f32>()
-        .expect("f32");
-    let worst = q_cpu
-        .iter()
-        .zip(&q_gpu)
-        .map(|(a, b)| (a - b).abs() / a.abs().max(1e-3))
-        .fold(0f32, f32::max);
-    println!(
-        "cuda vs ndarray: {} Q-values, worst relative difference {worst:e}",
-        q_cpu.len()
-    );
-    assert!(worst < 1e-4, "worst relative difference {worst}");
+    let mut failures = Vec::new();
+    for (dueling, layer_norm) in [(false, false), (false, true), (true, false), (true, true)] {
+        let cfg = DqnConfig {
+            obs_dim: 32,
+            hidden: vec![128, 128],
+            dueling,
+            layer_norm,
+            seed: 5,
+            ..DqnConfig::default()
+        };
+        let cpu = QNetwork::<Inner>::init(&cfg, &Default::default());
+        let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let bytes = Recorder::<Inner>::record(&rec, cpu.clone().into_record(), ()).expect("record");
+        let gpu = QNetwork::<C>::init(&cfg, &cd)
+            .load_record(Recorder::<C>::load(&rec, bytes, &cd).expect("load"));
+        let (w_cpu, w_gpu) = (all_weights(&cpu), all_weights(&gpu));
+        let w_diff = w_cpu
+            .iter()
+            .zip(&w_gpu)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let q_cpu = cpu
+            .forward(
+                Tensor::<Inner, 1>::from_floats(obs.as_slice(), &Default::default())
+                    .reshape([256, 32]),
+            )
+            .into_data()
+            .to_vec::<f32>()
+            .expect("f32");
+        let q_gpu = gpu
+            .forward(Tensor::<C, 1>::from_floats(obs.as_slice(), &cd).reshape([256, 32]))
+            .into_data()
+            .to_vec::<f32>()
+            .expect("f32");
+        // Relative to the scale of the Q-values, so that values near zero do not inflate it.
+        let scale = q_cpu.iter().map(|v| v.abs()).fold(0f32, f32::max).max(1e-6);
+        let worst = q_cpu
+            .iter()
+            .zip(&q_gpu)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max)
+            / scale;
+        println!(
+            "cuda vs ndarray (dueling {dueling}, layer_norm {layer_norm}): {} weights (max diff {w_diff:e}), {} Q-values, worst |diff| / max|Q| = {worst:e}",
+            w_cpu.len(),
+            q_cpu.len()
+        );
+        if !(worst < 1e-4 && w_diff == 0.0 && w_cpu.len() == w_gpu.len()) {
+            failures.push((dueling, layer_norm, worst, w_diff));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+#[cfg(feature = "cuda")]
+fn all_weights<Bk: Backend>(net: &QNetwork<Bk>) -> Vec<f32> {
+    struct All(Vec<f32>);
+    impl<Bk: Backend> ModuleVisitor<Bk> for All {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<Bk, D>>) {
+            self.0.extend(
+                p.val()
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .expect("f32"),
+            );
+        }
+    }
+    let mut all = All(Vec::new());
+    net.visit(&mut all);
+    all.0
 }
