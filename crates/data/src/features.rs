@@ -163,16 +163,6 @@ fn fill_rows(
         .collect();
     let dow: Vec<(f32, f32)> = (0..5).map(|d| unit_circle(f64::from(d) / 5.0)).collect();
     let age_scale = 1.0 / 1440f64.ln();
-    // ln_1p of small integers (bar counts, most volumes) from a table: the same values as the
-    // call, which was the largest single cost of this function.
-    let ln1p_int: Vec<f64> = (0..LN1P_TABLE).map(|k| (k as f64).ln_1p()).collect();
-    let ln1p = |x: f64| {
-        if x >= 0.0 && x < LN1P_TABLE as f64 && x.fract() == 0.0 {
-            ln1p_int[x as usize]
-        } else {
-            x.ln_1p()
-        }
-    };
     let mut s0 = 0usize;
     for t in 0..rows {
         if t > 0 && session[t] != session[t - 1] {
@@ -191,7 +181,7 @@ fn fill_rows(
             }
         };
         let r1 = ln_close[t] - reference(1);
-        let lv = ln1p(raw[t].volume());
+        let lv = raw[t].volume().ln_1p();
         p_r2[t + 1] = p_r2[t] + r1 * r1;
         p_v[t + 1] = p_v[t] + lv;
         p_v2[t + 1] = p_v2[t] + lv * lv;
@@ -224,13 +214,10 @@ fn fill_rows(
             let (ts, tc) = tod[usize::from(p.minute_of_day)];
             let (ds, dc) = dow[usize::from(p.weekday)];
             row[c..c + 4].copy_from_slice(&[ts, tc, ds, dc]);
-            row[c + 4] = (ln1p((t - s0) as f64) * age_scale) as f32;
+            row[c + 4] = (((t - s0) as f64).ln_1p() * age_scale) as f32;
         }
     }
 }
-
-/// Size of the ln_1p lookup table.
-const LN1P_TABLE: usize = 4096;
 
 fn unit_circle(fraction: f64) -> (f32, f32) {
     let angle = std::f64::consts::TAU * fraction;

@@ -501,12 +501,19 @@ fn cuda_q_values_match_ndarray() {
             w_cpu.len(),
             q_cpu.len()
         );
-        if !(worst < 1e-4 && w_diff == 0.0 && w_cpu.len() == w_gpu.len()) {
+        // burn-cuda 0.21 stages f32 matmul operands as TF32 on tensor cores (cubek-matmul
+        // 0.2, blueprint.rs; no switch in burn 0.21): 10-bit mantissas, about 5e-4 relative.
+        // The 1e-4 needs full-f32 kernels; see docs/PERFORMANCE.md.
+        if !(worst < TF32_TOLERANCE && w_diff == 0.0 && w_cpu.len() == w_gpu.len()) {
             failures.push((dueling, layer_norm, worst, w_diff));
         }
     }
     assert!(failures.is_empty(), "{failures:?}");
 }
+
+/// Largest |Q_cuda - Q_ndarray| / max|Q| accepted: four TF32 roundings (2^-11 each).
+#[cfg(feature = "cuda")]
+const TF32_TOLERANCE: f32 = 2e-3;
 
 #[cfg(feature = "cuda")]
 fn all_weights<Bk: Backend>(net: &QNetwork<Bk>) -> Vec<f32> {
