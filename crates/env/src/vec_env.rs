@@ -243,6 +243,43 @@ impl<'a> VecEnv<'a> {
         }
     }
 
+    /// Starts every environment's episode at a given bar (a backtest-like start, or a replay of
+    /// chosen situations) instead of a seeded random one, and writes observations. `starts` is
+    /// `[n]`; each must be a row of the split with a next row. Later episodes start at random.
+    pub fn reset_to(&mut self, starts: &[usize], obs: &mut [f32]) -> Result<(), EnvError> {
+        let dim = self.obs_dim();
+        assert!(
+            starts.len() == self.len() && obs.len() == self.len() * dim,
+            "reset_to buffers must be [n] and [n * obs_dim]"
+        );
+        if let Some(bad) = starts
+            .iter()
+            .find(|&&t| t < self.split.start || t + 1 >= self.split.end)
+        {
+            return Err(EnvError::Config(format!(
+                "episode start {bad} is not a row of the split {:?} with a next row",
+                self.split
+            )));
+        }
+        for (i, &t) in starts.iter().enumerate() {
+            self.episode[i] = 0;
+            self.t[i] = t as u32;
+            self.position[i] = 0;
+            self.entry[i] = 0.0;
+            self.steps[i] = 0;
+            observe(
+                self.market,
+                &self.cfg,
+                self.exec.tick_size,
+                t,
+                0,
+                0.0,
+                &mut obs[i * dim..(i + 1) * dim],
+            );
+        }
+        Ok(())
+    }
+
     fn start_episode(&mut self, i: usize) {
         self.t[i] = episode_start(self.seed, i as u32, self.episode[i], &self.split) as u32;
         self.position[i] = 0;

@@ -426,3 +426,27 @@ fn worked_example_of_docs_environment_md() {
         (7.5, 1, 30.0)
     );
 }
+
+#[test]
+fn episodes_can_start_at_given_bars() {
+    let m = es_market();
+    let x = es_exec();
+    let cfg = EnvConfig::default();
+    let dim = cfg.obs_dim(m.cols);
+    let mut env = VecEnv::new(&m, x, cfg.clone(), 100..5_000, 3, 1).expect("env");
+    let mut obs = vec![0f32; 3 * dim];
+    env.reset_to(&[100, 2_000, 4_998], &mut obs)
+        .expect("valid starts");
+    assert_eq!(env.bar_index(), &[100, 2_000, 4_998]);
+    let mut want = vec![0f32; dim];
+    observe(&m, &cfg, x.tick_size, 2_000, 0, 0.0, &mut want);
+    assert_eq!(&obs[dim..2 * dim], want.as_slice());
+    // Going long from the given bar earns exactly what the transition says.
+    let (mut rew, mut dn) = (vec![0f32; 3], vec![0u8; 3]);
+    env.step(&[1, 2, 1], &mut obs, &mut rew, &mut dn);
+    let tr = transition(&m, &x, 2_000, 5_000, SessionRule::FlattenAtClose, 0, 1);
+    assert_eq!(rew[1], (tr.pnl() / cfg.reward_scale) as f32);
+    for bad in [[99usize, 100, 100], [100, 100, 4_999]] {
+        assert!(env.reset_to(&bad, &mut obs).is_err(), "{bad:?}");
+    }
+}
