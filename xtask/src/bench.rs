@@ -17,54 +17,72 @@ pub fn summarize(samples: &mut [f64]) -> (f64, f64) {
 }
 
 pub fn data(root: &Path, years: u32, reps: usize) -> Result<()> {
+    // The same synthetic years in the two layouts users have: one file, and one file per day
+    // (Databento batch downloads); measured side by side in one run.
     let file = root.join(format!(
         "target/bench-data/es-synth-{years}y.ohlcv-1m.dbn.zst"
     ));
     if !file.exists() {
-        crate::synth::run(&file, "2019-01-02", years, 7)?;
+        crate::synth::run(&file, "2019-01-02", years, 7, false)?;
+    }
+    let dir = root.join(format!("target/bench-data/es-synth-{years}y-daily"));
+    if !dir.exists() {
+        crate::synth::run(&dir, "2019-01-02", years, 7, true)?;
     }
     let selector = SymbolSelector::Parent("ES".into());
     let opts = LoadOptions::default();
     let calendar = SessionCalendar::cme();
     let cfg = FeatureConfig::default();
-    let (mut read, mut roll, mut feat, mut total) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut rows = 0;
-    let mut bars_read = 0;
+    let layouts = [("one file", file), ("daily files", dir)];
+    let mut samples = vec![
+        [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
+        [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
+    ];
+    let mut sizes = [(0, 0, 0); 2];
     for _ in 0..reps {
-        let t0 = Instant::now();
-        let raw = load_path(&file, &selector, &opts)?;
-        let t1 = Instant::now();
-        let series = build_continuous("ES", &raw.contracts, &calendar, Adjustment::Difference)?;
-        let t2 = Instant::now();
-        let m = compute_features(&series, &calendar, &cfg);
-        let t3 = Instant::now();
-        rows = m.rows;
-        bars_read = raw.bar_count();
-        read.push((t1 - t0).as_secs_f64() * 1e3);
-        roll.push((t2 - t1).as_secs_f64() * 1e3);
-        feat.push((t3 - t2).as_secs_f64() * 1e3);
-        total.push((t3 - t0).as_secs_f64() * 1e3);
+        for (k, (_, path)) in layouts.iter().enumerate() {
+            let t0 = Instant::now();
+            let raw = load_path(path, &selector, &opts)?;
+            let t1 = Instant::now();
+            let series = build_continuous("ES", &raw.contracts, &calendar, Adjustment::Difference)?;
+            let t2 = Instant::now();
+            let m = compute_features(&series, &calendar, &cfg);
+            let t3 = Instant::now();
+            sizes[k] = (raw.files.len(), raw.bar_count(), m.rows);
+            for (s, d) in samples[k]
+                .iter_mut()
+                .zip([t1 - t0, t2 - t1, t3 - t2, t3 - t0])
+            {
+                s.push(d.as_secs_f64() * 1e3);
+            }
+        }
     }
-    println!(
-        "bench data: {} ({bars_read} bars read over all contracts, {rows} continuous rows), {reps} repetitions",
-        file.display()
-    );
-    println!("{:<28} {:>10} {:>10}", "phase", "median ms", "min ms");
-    for (name, s) in [
-        ("read+validate (DBN zstd)", &mut read),
-        ("roll+adjust", &mut roll),
-        ("features", &mut feat),
-        ("total", &mut total),
-    ] {
-        let (med, min) = summarize(s);
-        println!("{name:<28} {med:>10.2} {min:>10.2}");
+    println!("bench data: {years} synthetic ES year(s), {reps} repetitions, layouts alternated");
+    for (k, (name, path)) in layouts.iter().enumerate() {
+        let (files, bars, rows) = sizes[k];
+        println!(
+            "{name}: {} ({files} files, {bars} bars read, {rows} continuous rows)",
+            path.display()
+        );
+        println!("  {:<26} {:>10} {:>10}", "phase", "median ms", "min ms");
+        for (phase, s) in [
+            "read+validate (DBN zstd)",
+            "roll+adjust",
+            "features",
+            "total",
+        ]
+        .iter()
+        .zip(samples[k].iter_mut())
+        {
+            let (med, min) = summarize(s);
+            println!("  {phase:<26} {med:>10.2} {min:>10.2}");
+        }
+        let (med, _) = summarize(&mut samples[k][3]);
+        println!(
+            "  throughput: {:.1} M bars/s (bars read / median total)",
+            bars as f64 / med / 1e3
+        );
     }
-    let (med, _) = summarize(&mut total);
-    println!(
-        "throughput: {:.1} M bars/s (bars read / median total)",
-        bars_read as f64 / med / 1e3
-    );
     Ok(())
 }
 

@@ -39,6 +39,9 @@ enum Command {
         /// Random seed.
         #[arg(long, default_value_t = 7)]
         seed: u64,
+        /// Write a directory of one file per UTC day (Databento's batch split) instead of one file.
+        #[arg(long)]
+        daily: bool,
     },
     /// Benchmarks.
     Bench {
@@ -99,7 +102,8 @@ fn main() -> Result<()> {
             start,
             years,
             seed,
-        } => synth::run(&root.join(out), &start, years, seed),
+            daily,
+        } => synth::run(&root.join(out), &start, years, seed, daily),
         Command::Bench {
             what: Bench::Data { years, reps },
         } => bench::data(&root, years, reps),

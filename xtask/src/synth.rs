@@ -154,28 +154,77 @@ pub fn generate(start: Date, years: u32, seed: u64) -> Result<Vec<(String, Vec<B
         .collect())
 }
 
-pub fn run(out: &Path, start: &str, years: u32, seed: u64) -> Result<()> {
+/// Writes `years` of synthetic bars to `out`: one file, or with `daily` a directory of one file
+/// per UTC day (as Databento's batch downloads are split).
+pub fn run(out: &Path, start: &str, years: u32, seed: u64, daily: bool) -> Result<()> {
     let start: Date = start
         .parse()
         .with_context(|| format!("--start {start:?} is not YYYY-MM-DD"))?;
     let contracts = generate(start, years, seed)?;
-    let outs: Vec<ContractOut<'_>> = contracts
-        .iter()
-        .enumerate()
-        .map(|(i, (s, b))| ContractOut {
-            symbol: s,
-            instrument_id: 1000 + i as u32,
-            bars: b,
-        })
-        .collect();
-    let bytes = encode(&outs)?;
-    write_atomic(out, &bytes)?;
     let bars: usize = contracts.iter().map(|(_, b)| b.len()).sum();
+    let ids: Vec<u32> = (0..contracts.len() as u32).map(|i| 1000 + i).collect();
+    if !daily {
+        let outs: Vec<ContractOut<'_>> = contracts
+            .iter()
+            .zip(&ids)
+            .map(|((s, b), &id)| ContractOut {
+                symbol: s,
+                instrument_id: id,
+                bars: b,
+            })
+            .collect();
+        let bytes = encode(&outs)?;
+        write_atomic(out, &bytes)?;
+        println!(
+            "wrote {} ({} contracts, {bars} bars, {} bytes)",
+            out.display(),
+            contracts.len(),
+            bytes.len()
+        );
+        return Ok(());
+    }
+    const DAY: i64 = 86_400_000_000_000;
+    let first = contracts
+        .iter()
+        .filter_map(|(_, b)| b.first())
+        .map(Bar::ts)
+        .min()
+        .context("no bars")?;
+    let last = contracts
+        .iter()
+        .filter_map(|(_, b)| b.last())
+        .map(Bar::ts)
+        .max()
+        .context("no bars")?;
+    let mut files = 0;
+    for day in first.div_euclid(DAY)..=last.div_euclid(DAY) {
+        let (lo, hi) = (day * DAY, (day + 1) * DAY);
+        let outs: Vec<ContractOut<'_>> = contracts
+            .iter()
+            .zip(&ids)
+            .map(|((s, b), &id)| ContractOut {
+                symbol: s,
+                instrument_id: id,
+                bars: &b[b.partition_point(|x| x.ts() < lo)..b.partition_point(|x| x.ts() < hi)],
+            })
+            .filter(|c| !c.bars.is_empty())
+            .collect();
+        if outs.is_empty() {
+            continue;
+        }
+        let date = jiff::Timestamp::from_nanosecond(i128::from(lo))?
+            .strftime("%Y%m%d")
+            .to_string();
+        write_atomic(
+            &out.join(format!("glbx-mdp3-{date}.ohlcv-1m.dbn.zst")),
+            &encode(&outs)?,
+        )?;
+        files += 1;
+    }
     println!(
-        "wrote {} ({} contracts, {bars} bars, {} bytes)",
+        "wrote {files} daily files to {} ({} contracts, {bars} bars)",
         out.display(),
-        contracts.len(),
-        bytes.len()
+        contracts.len()
     );
     Ok(())
 }

@@ -722,3 +722,33 @@ fn fuzz_smoke_readers_never_panic() {
         }
     }
 }
+
+#[test]
+fn of_several_bad_files_the_first_in_name_order_is_reported() {
+    let dir = scratch("twobad");
+    for (name, body) in [
+        (
+            "a.csv",
+            "2024-01-02T14:30:00Z,100,101,99,100.5,10,ESZ3\n2024-01-02T14:31:00Z,100,99,98,100.5,10,ESZ3\n",
+        ),
+        ("b.csv", "2024-01-02T14:32:00Z,100,101,99,100.5,-5,ESZ3\n"),
+        ("c.csv", "2024-01-02T14:33:00Z,100,101,99,100.5,10,ESZ3\n"),
+    ] {
+        std::fs::write(dir.join(name), body).expect("write");
+    }
+    let msg = load_path(&dir, &es(), &LoadOptions::default())
+        .expect_err("bad files")
+        .to_string();
+    assert!(
+        msg.contains("a.csv: line 2") && msg.contains("high 99"),
+        "{msg}"
+    );
+    std::fs::remove_file(dir.join("a.csv")).expect("rm");
+    let msg = load_path(&dir, &es(), &LoadOptions::default())
+        .expect_err("bad file")
+        .to_string();
+    assert!(
+        msg.contains("b.csv: line 1") && msg.contains("volume -5"),
+        "{msg}"
+    );
+}

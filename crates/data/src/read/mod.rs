@@ -123,28 +123,42 @@ pub fn load_path(path: &Path, selector: &SymbolSelector, opts: &LoadOptions) -> 
     } else {
         candidates.push(path.to_path_buf());
     }
-    let mut collector = Collector::new(selector);
     let mut skipped = Vec::new();
+    let mut to_read = Vec::with_capacity(candidates.len());
     for file in candidates {
-        let Some(format) = format_of(&file, opts.format) else {
-            skipped.push((
+        match format_of(&file, opts.format) {
+            Some(format) => to_read.push((file, format)),
+            None => skipped.push((
                 file,
                 "not a data file name (.dbn, .dbn.zst, .csv[.gz|.zst], .zip)".to_owned(),
-            ));
-            continue;
-        };
-        let bytes = std::fs::read(&file).map_err(|error| DataError::Io {
-            path: file.clone(),
-            error,
-        })?;
-        match read_bytes(&file, &bytes, format, opts, &mut collector)? {
-            Outcome::Read => {}
+            )),
+        }
+    }
+    // Files are independent: decode them in parallel (a year of daily files uses every core),
+    // each into its own collector, then merge in name order. The result, and which error is
+    // reported when several files are bad (the first in name order), are those of reading the
+    // files one after another.
+    use rayon::prelude::*;
+    let decoded: Vec<Result<(PathBuf, Outcome, Collector<'_>)>> = to_read
+        .into_par_iter()
+        .map(|(file, format)| {
+            let bytes = std::fs::read(&file).map_err(|error| DataError::Io {
+                path: file.clone(),
+                error,
+            })?;
+            let mut c = Collector::new(selector);
+            let outcome = read_bytes(&file, &bytes, format, opts, &mut c)?;
+            Ok((file, outcome, c))
+        })
+        .collect();
+    let mut collector = Collector::new(selector);
+    for result in decoded {
+        let (file, outcome, c) = result?;
+        match outcome {
+            Outcome::Read => collector.absorb(c),
             // A directory may hold definitions, trades or other bar sizes beside the bars: skip
             // those; a file named on its own must hold the bars asked for.
-            Outcome::Skipped(reason) if meta.is_dir() => {
-                collector.files.pop();
-                skipped.push((file, reason));
-            }
+            Outcome::Skipped(reason) if meta.is_dir() => skipped.push((file, reason)),
             Outcome::Skipped(reason) => {
                 return Err(DataError::Format {
                     path: file,
@@ -335,6 +349,29 @@ impl<'a> Collector<'a> {
         acc.positions
             .push(u32::try_from(position).unwrap_or(u32::MAX));
         Ok(())
+    }
+
+    /// Appends everything `other` read (its files come after this one's).
+    fn absorb(&mut self, other: Collector<'_>) {
+        let base = u32::try_from(self.sources.len()).expect("fewer than 4 billion sources");
+        self.files.extend(other.files);
+        self.sources.extend(other.sources);
+        for symbol in other.slot_of.keys() {
+            self.slot(symbol); // records the symbol as available, selected or not
+        }
+        for (symbol, acc) in other.slots {
+            let slot = self
+                .slot(&symbol)
+                .expect("a symbol selected in one file is selected in all");
+            let dst = &mut self.slots[slot].1;
+            for (k, &(source, start)) in acc.runs.iter().enumerate() {
+                let end = acc.runs.get(k + 1).map_or(acc.bars.len(), |r| r.1);
+                dst.runs.push((source + base, dst.bars.len()));
+                dst.bars.extend_from_slice(&acc.bars[start..end]);
+                dst.positions.extend_from_slice(&acc.positions[start..end]);
+            }
+            dst.last = acc.last.map(|(source, ts)| (source + base, ts));
+        }
     }
 
     /// The error for a record whose values do not make a bar.
