@@ -34,10 +34,7 @@ pub fn data(root: &Path, years: u32, reps: usize) -> Result<()> {
     let calendar = SessionCalendar::cme();
     let cfg = FeatureConfig::default();
     let layouts = [("one file", file), ("daily files", dir)];
-    let mut samples = vec![
-        [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
-        [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
-    ];
+    let mut samples: [[Vec<f64>; 4]; 2] = Default::default();
     let mut sizes = [(0, 0, 0); 2];
     for _ in 0..reps {
         for (k, (_, path)) in layouts.iter().enumerate() {
