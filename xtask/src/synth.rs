@@ -163,17 +163,21 @@ pub fn run(out: &Path, start: &str, years: u32, seed: u64, daily: bool) -> Resul
     let contracts = generate(start, years, seed)?;
     let bars: usize = contracts.iter().map(|(_, b)| b.len()).sum();
     let ids: Vec<u32> = (0..contracts.len() as u32).map(|i| 1000 + i).collect();
-    if !daily {
-        let outs: Vec<ContractOut<'_>> = contracts
+    // The contracts' bars in [lo, hi), as one file's content.
+    let slice = |lo: i64, hi: i64| -> Vec<ContractOut<'_>> {
+        contracts
             .iter()
             .zip(&ids)
             .map(|((s, b), &id)| ContractOut {
                 symbol: s,
                 instrument_id: id,
-                bars: b,
+                bars: &b[b.partition_point(|x| x.ts() < lo)..b.partition_point(|x| x.ts() < hi)],
             })
-            .collect();
-        let bytes = encode(&outs)?;
+            .filter(|c| !c.bars.is_empty())
+            .collect()
+    };
+    if !daily {
+        let bytes = encode(&slice(i64::MIN, i64::MAX))?;
         write_atomic(out, &bytes)?;
         println!(
             "wrote {} ({} contracts, {bars} bars, {} bytes)",
@@ -199,16 +203,7 @@ pub fn run(out: &Path, start: &str, years: u32, seed: u64, daily: bool) -> Resul
     let mut files = 0;
     for day in first.div_euclid(DAY)..=last.div_euclid(DAY) {
         let (lo, hi) = (day * DAY, (day + 1) * DAY);
-        let outs: Vec<ContractOut<'_>> = contracts
-            .iter()
-            .zip(&ids)
-            .map(|((s, b), &id)| ContractOut {
-                symbol: s,
-                instrument_id: id,
-                bars: &b[b.partition_point(|x| x.ts() < lo)..b.partition_point(|x| x.ts() < hi)],
-            })
-            .filter(|c| !c.bars.is_empty())
-            .collect();
+        let outs = slice(lo, hi);
         if outs.is_empty() {
             continue;
         }

@@ -26,6 +26,17 @@ fn json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
 }
 
+/// Runs foxhunt expecting exit code 1 and `expected` in its one-paragraph error.
+fn fails_with(args: &[&str], expected: &str) {
+    let out = foxhunt(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(
+        err.contains(expected),
+        "{args:?}: expected {expected:?} in {err}"
+    );
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -160,46 +171,44 @@ fn bad_input_exits_non_zero_with_one_clear_paragraph() {
         "2024-01-02T14:30:00Z,100,99,98,100.5,10,ESZ3\n",
     )
     .expect("write");
-    let out = foxhunt(&[
-        "data",
-        "inspect",
-        "--data-dir",
-        dir.to_str().expect("utf-8"),
-        "--symbol",
-        "ES.FUT",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(
-            "es.csv: line 1: ESZ3: invalid bar: high 99 is below max(open, close) = 100.5"
-        ),
-        "{err}"
+    fails_with(
+        &[
+            "data",
+            "inspect",
+            "--data-dir",
+            dir.to_str().expect("utf-8"),
+            "--symbol",
+            "ES.FUT",
+        ],
+        "es.csv: line 1: ESZ3: invalid bar: high 99 is below max(open, close) = 100.5",
     );
 
-    let out = foxhunt(&[
-        "data",
-        "inspect",
-        "--data-dir",
-        "test_data/futures-baseline",
-        "--symbol",
-        "ES.FUT",
-        "--train-months",
-        "3",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("need all four periods"));
-    let out = foxhunt(&[
-        "data",
-        "inspect",
-        "--data-dir",
-        "test_data/futures-baseline",
-        "--symbol",
-        "ES.FUT",
-        "--tz",
-        "Mars/Base",
-    ]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown time zone \"Mars/Base\""));
+    fails_with(
+        &[
+            "data",
+            "inspect",
+            "--data-dir",
+            "test_data/futures-baseline",
+            "--symbol",
+            "ES.FUT",
+            "--train-months",
+            "3",
+        ],
+        "need all four periods",
+    );
+    fails_with(
+        &[
+            "data",
+            "inspect",
+            "--data-dir",
+            "test_data/futures-baseline",
+            "--symbol",
+            "ES.FUT",
+            "--tz",
+            "Mars/Base",
+        ],
+        "unknown time zone \"Mars/Base\"",
+    );
 }
 
 #[test]
@@ -301,29 +310,31 @@ fn backtest_all_strategies_on_every_bundled_data_set() {
             "{args:?}"
         );
     }
-    let out = foxhunt(&[
-        "backtest",
-        "--data-dir",
-        "test_data/futures-baseline",
-        "--symbol",
-        "ES.FUT",
-        "--strategy",
-        "flat",
-        "--from",
-        "2030-01-01",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("a backtest needs at least 2"));
-    let out = foxhunt(&[
-        "backtest",
-        "--data-dir",
-        "test_data/futures-baseline",
-        "--symbol",
-        "ES.FUT",
-        "--strategy",
-        "flat",
-        "--commission=-1",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--commission must be zero or more"));
+    fails_with(
+        &[
+            "backtest",
+            "--data-dir",
+            "test_data/futures-baseline",
+            "--symbol",
+            "ES.FUT",
+            "--strategy",
+            "flat",
+            "--from",
+            "2030-01-01",
+        ],
+        "a backtest needs at least 2",
+    );
+    fails_with(
+        &[
+            "backtest",
+            "--data-dir",
+            "test_data/futures-baseline",
+            "--symbol",
+            "ES.FUT",
+            "--strategy",
+            "flat",
+            "--commission=-1",
+        ],
+        "--commission must be zero or more",
+    );
 }

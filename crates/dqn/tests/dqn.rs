@@ -206,22 +206,9 @@ fn targets_and_dueling_by_hand() {
 }
 
 fn weights(agent: &DqnAgent<B>) -> Vec<f32> {
-    struct All(Vec<f32>);
-    impl<Bk: Backend> ModuleVisitor<Bk> for All {
-        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<Bk, D>>) {
-            self.0.extend(
-                p.val()
-                    .into_data()
-                    .convert::<f32>()
-                    .to_vec::<f32>()
-                    .expect("f32"),
-            );
-        }
-    }
-    let mut all = All(Vec::new());
-    agent.online_net().visit(&mut all);
-    agent.target_net().visit(&mut all);
-    all.0
+    let mut w = param_values(&agent.online_net());
+    w.extend(param_values(agent.target_net()));
+    w
 }
 
 fn fixed_batches(dim: usize, count: usize) -> Vec<HostBatch> {
@@ -469,7 +456,7 @@ fn cuda_q_values_match_ndarray() {
         let bytes = Recorder::<Inner>::record(&rec, cpu.clone().into_record(), ()).expect("record");
         let gpu = QNetwork::<C>::init(&cfg, &cd)
             .load_record(Recorder::<C>::load(&rec, bytes, &cd).expect("load"));
-        let (w_cpu, w_gpu) = (all_weights(&cpu), all_weights(&gpu));
+        let (w_cpu, w_gpu) = (param_values(&cpu), param_values(&gpu));
         let w_diff = w_cpu
             .iter()
             .zip(&w_gpu)
@@ -515,8 +502,8 @@ fn cuda_q_values_match_ndarray() {
 #[cfg(feature = "cuda")]
 const TF32_TOLERANCE: f32 = 2e-3;
 
-#[cfg(feature = "cuda")]
-fn all_weights<Bk: Backend>(net: &QNetwork<Bk>) -> Vec<f32> {
+/// Every float parameter of a network, in visiting order.
+fn param_values<Bk: Backend>(net: &QNetwork<Bk>) -> Vec<f32> {
     struct All(Vec<f32>);
     impl<Bk: Backend> ModuleVisitor<Bk> for All {
         fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<Bk, D>>) {
