@@ -242,3 +242,69 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
     }
     Ok(())
 }
+
+/// `cargo xtask bench gpu-env` (xtask built with --features cuda): environment-steps per second
+/// of the GPU environment over the bundled ES bars, N environments, 32-float observations; timed
+/// from host clocks around K steps with a stream synchronize at both ends.
+#[cfg(feature = "cuda")]
+pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
+    use foxhunt_env::{Costs, EnvConfig, Execution, MarketData, SpecTable};
+    use foxhunt_memory::{GpuContext, GpuVecEnv};
+    let cfg_f = FeatureConfig {
+        return_horizons: vec![1, 5, 15, 30, 60, 120],
+        vol_windows: vec![15, 60],
+        volume_window: 60,
+        time_encodings: true,
+    };
+    let calendar = SessionCalendar::cme();
+    let data = foxhunt_data::Dataset::load(
+        &root.join("test_data/futures-baseline"),
+        &SymbolSelector::Parent("ES".into()),
+        &LoadOptions::default(),
+        &calendar,
+        Adjustment::Difference,
+        &cfg_f,
+    )?;
+    let m = MarketData::from_features(&data.features, 0..data.features.rows, None);
+    let cfg = EnvConfig {
+        lookback: 2,
+        ..EnvConfig::default()
+    };
+    let dim = cfg.obs_dim(m.cols);
+    let ctx = GpuContext::new(0)?;
+    let exec = Execution::new(SpecTable::default().get("ES")?, Costs::default());
+    let mut env = GpuVecEnv::new(&ctx, &m, exec, cfg, 0..m.rows, envs, 7)?;
+    env.reset()?;
+    let actions: Vec<u8> = (0..envs as u64)
+        .map(|i| (foxhunt_env::vec_env::mix64(i) % 3) as u8)
+        .collect();
+    let actions = env.upload_actions(&actions)?;
+    let mut per_s = Vec::new();
+    for rep in 0..=reps {
+        env.synchronize()?;
+        let t0 = Instant::now();
+        for _ in 0..steps {
+            env.step(&actions)?;
+        }
+        env.synchronize()?;
+        if rep > 0 {
+            per_s.push((envs * steps) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        }
+    }
+    let (median, _) = summarize(&mut per_s);
+    let best = per_s.last().copied().unwrap_or(0.0);
+    // A rough count of device-memory traffic per env-step, ignoring caches: state read and
+    // written (t, position, entry, steps, episode: 24 bytes each way), action read (1),
+    // reward and done written (5), observation written (dim floats), the observation's feature
+    // rows read (lookback x cols floats), and open/close/session/contract of bars t and t+1.
+    let bytes = 24 * 2 + 1 + 5 + dim * 4 + 2 * m.cols * 4 + 2 * (8 + 8 + 4 + 4);
+    println!(
+        "bench gpu-env: {} on device 0, {envs} environments x {steps} steps, obs {dim} floats, {reps} repetitions",
+        ctx.arch()
+    );
+    println!(
+        "env-steps/s: median {median:.2} G, best {best:.2} G (about {bytes} bytes of device memory traffic per env-step, {:.0} GB/s at the median)",
+        median * bytes as f64
+    );
+    Ok(())
+}

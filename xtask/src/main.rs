@@ -70,6 +70,19 @@ enum Bench {
         #[arg(long, default_value_t = 200)]
         updates: usize,
     },
+    /// Steps per second of the GPU environment (xtask built with --features cuda).
+    #[cfg(feature = "cuda")]
+    GpuEnv {
+        /// Number of environments.
+        #[arg(long, default_value_t = 65_536)]
+        envs: usize,
+        /// Steps per repetition.
+        #[arg(long, default_value_t = 1000)]
+        steps: usize,
+        /// Repetitions (the median is reported).
+        #[arg(long, default_value_t = 9)]
+        reps: usize,
+    },
     /// Steps per second of the CPU reference environment.
     Env {
         /// Number of environments.
@@ -84,12 +97,22 @@ enum Bench {
     },
 }
 
-/// The workspace root: xtask lives one level below it.
+/// The workspace root: the nearest directory upward from the current one that holds
+/// xtask/Cargo.toml (so a copied binary works in a copied tree), else where xtask was built.
 fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask is inside the workspace")
-        .to_path_buf()
+    std::env::current_dir()
+        .ok()
+        .and_then(|d| {
+            d.ancestors()
+                .find(|a| a.join("xtask/Cargo.toml").is_file())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("xtask is inside the workspace")
+                .to_path_buf()
+        })
 }
 
 fn main() -> Result<()> {
@@ -113,5 +136,9 @@ fn main() -> Result<()> {
         Command::Bench {
             what: Bench::Dqn { device, updates },
         } => bench::dqn(&device, updates),
+        #[cfg(feature = "cuda")]
+        Command::Bench {
+            what: Bench::GpuEnv { envs, steps, reps },
+        } => bench::gpu_env(&root, envs, steps, reps),
     }
 }
