@@ -83,12 +83,17 @@ pub fn data(root: &Path, years: u32, reps: usize) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask bench env`: steps of the CPU reference environment per second, N environments,
-/// a 32-float observation (15 features x 2 rows + position + unrealized PnL) written into a
-/// preallocated buffer, over the bundled real ES bars.
-pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
-    use foxhunt_env::{Costs, EnvConfig, Execution, MarketData, SpecTable, VecEnv};
-    let cfg_f = FeatureConfig {
+/// The environment benchmarks' market: bundled real ES bars with 15 features, look-back 2, so
+/// that an observation is 15 x 2 + position + unrealized PnL = 32 floats.
+fn bench_market(
+    root: &Path,
+) -> Result<(
+    foxhunt_env::MarketData,
+    foxhunt_env::EnvConfig,
+    foxhunt_env::Execution,
+)> {
+    use foxhunt_env::{Costs, EnvConfig, Execution, MarketData, SpecTable};
+    let features = FeatureConfig {
         return_horizons: vec![1, 5, 15, 30, 60, 120],
         vol_windows: vec![15, 60],
         volume_window: 60,
@@ -101,19 +106,29 @@ pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
         &LoadOptions::default(),
         &calendar,
         Adjustment::Difference,
-        &cfg_f,
+        &features,
     )?;
     let m = MarketData::from_features(&data.features, 0..data.features.rows, None);
     let cfg = EnvConfig {
         lookback: 2,
         ..EnvConfig::default()
     };
-    let dim = cfg.obs_dim(m.cols);
     anyhow::ensure!(
-        dim == 32,
-        "observation is {dim} floats, the benchmark wants 32"
+        cfg.obs_dim(m.cols) == 32,
+        "observation is {} floats, the benchmarks want 32",
+        cfg.obs_dim(m.cols)
     );
     let exec = Execution::new(SpecTable::default().get("ES")?, Costs::default());
+    Ok((m, cfg, exec))
+}
+
+/// `cargo xtask bench env`: steps of the CPU reference environment per second, N environments,
+/// a 32-float observation (15 features x 2 rows + position + unrealized PnL) written into a
+/// preallocated buffer, over the bundled real ES bars.
+pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
+    use foxhunt_env::VecEnv;
+    let (m, cfg, exec) = bench_market(root)?;
+    let dim = cfg.obs_dim(m.cols);
     let mut env = VecEnv::new(&m, exec, cfg, 0..m.rows, envs, 7)?;
     let (mut obs, mut rew, mut done) = (vec![0f32; envs * dim], vec![0f32; envs], vec![0u8; envs]);
     env.reset(&mut obs);
@@ -248,31 +263,10 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
 /// from host clocks around K steps with a stream synchronize at both ends.
 #[cfg(feature = "cuda")]
 pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
-    use foxhunt_env::{Costs, EnvConfig, Execution, MarketData, SpecTable};
     use foxhunt_memory::{GpuContext, GpuVecEnv};
-    let cfg_f = FeatureConfig {
-        return_horizons: vec![1, 5, 15, 30, 60, 120],
-        vol_windows: vec![15, 60],
-        volume_window: 60,
-        time_encodings: true,
-    };
-    let calendar = SessionCalendar::cme();
-    let data = foxhunt_data::Dataset::load(
-        &root.join("test_data/futures-baseline"),
-        &SymbolSelector::Parent("ES".into()),
-        &LoadOptions::default(),
-        &calendar,
-        Adjustment::Difference,
-        &cfg_f,
-    )?;
-    let m = MarketData::from_features(&data.features, 0..data.features.rows, None);
-    let cfg = EnvConfig {
-        lookback: 2,
-        ..EnvConfig::default()
-    };
+    let (m, cfg, exec) = bench_market(root)?;
     let dim = cfg.obs_dim(m.cols);
     let ctx = GpuContext::new(0)?;
-    let exec = Execution::new(SpecTable::default().get("ES")?, Costs::default());
     let mut env = GpuVecEnv::new(&ctx, &m, exec, cfg, 0..m.rows, envs, 7)?;
     env.reset()?;
     let actions: Vec<u8> = (0..envs as u64)

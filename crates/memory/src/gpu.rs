@@ -6,7 +6,8 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchArgs, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions, compile_ptx_with_opts};
 use foxhunt_env::{EnvConfig, Execution, MarketData, SessionRule};
@@ -101,6 +102,51 @@ impl GpuContext {
     }
 }
 
+/// The market data on the device, with the scalars that env_reset and env_step both take first.
+struct DeviceMarket {
+    features: CudaSlice<f32>,
+    open: CudaSlice<f64>,
+    close: CudaSlice<f64>,
+    session: CudaSlice<u32>,
+    contract: CudaSlice<u32>,
+    cols: u32,
+    split_start: u32,
+    split_end: u32,
+    lookback: u32,
+    max_position: i32,
+    upnl_scale: f32,
+    tick_size: f64,
+    seed: u64,
+}
+
+impl DeviceMarket {
+    /// Pushes the arguments both kernels begin with, in their order in kernels/env_step.cu.
+    fn push<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+        b.arg(&self.features)
+            .arg(&self.open)
+            .arg(&self.close)
+            .arg(&self.session)
+            .arg(&self.contract)
+            .arg(&self.cols);
+        b.arg(&self.split_start)
+            .arg(&self.split_end)
+            .arg(&self.lookback)
+            .arg(&self.max_position);
+        b.arg(&self.upnl_scale).arg(&self.tick_size).arg(&self.seed);
+    }
+}
+
+/// The scalars only env_step takes.
+struct StepParams {
+    multiplier: f64,
+    cost_per_side: f64,
+    slippage_price: f64,
+    episode_steps: u32,
+    reward_scale: f64,
+    risk_penalty: f64,
+    flatten_at_close: i32,
+}
+
 /// N environments on the device over one split of market data uploaded once.
 ///
 /// The same semantics as `foxhunt_env::VecEnv` step for step: the kernels in kernels/env_step.cu
@@ -109,17 +155,9 @@ pub struct GpuVecEnv {
     ctx: Arc<GpuContext>,
     step_fn: CudaFunction,
     reset_fn: CudaFunction,
-    cfg: EnvConfig,
-    exec: Execution,
-    split: Range<usize>,
-    seed: u64,
-    n: usize,
-    cols: usize,
-    features: CudaSlice<f32>,
-    open: CudaSlice<f64>,
-    close: CudaSlice<f64>,
-    session: CudaSlice<u32>,
-    contract: CudaSlice<u32>,
+    market: DeviceMarket,
+    params: StepParams,
+    n: u32,
     t: CudaSlice<u32>,
     position: CudaSlice<i32>,
     entry: CudaSlice<f64>,
@@ -144,7 +182,12 @@ impl GpuVecEnv {
         n: usize,
         seed: u64,
     ) -> Result<Self, MemoryError> {
-        if split.end > market.rows || split.len() < 2 || n == 0 || market.rows > u32::MAX as usize {
+        if split.end > market.rows
+            || split.len() < 2
+            || n == 0
+            || n > u32::MAX as usize
+            || market.rows > u32::MAX as usize
+        {
             return Err(MemoryError::Config(format!(
                 "split {split:?} of {} rows with {n} environments",
                 market.rows
@@ -156,11 +199,30 @@ impl GpuVecEnv {
         Ok(Self {
             step_fn: ctx.function("env_step", crate::ENV_KERNELS, "env_step")?,
             reset_fn: ctx.function("env_step", crate::ENV_KERNELS, "env_reset")?,
-            features: s.clone_htod(&market.features).map_err(driver)?,
-            open: s.clone_htod(&market.open).map_err(driver)?,
-            close: s.clone_htod(&market.close).map_err(driver)?,
-            session: s.clone_htod(&market.session).map_err(driver)?,
-            contract: s.clone_htod(&contract).map_err(driver)?,
+            market: DeviceMarket {
+                features: s.clone_htod(&market.features).map_err(driver)?,
+                open: s.clone_htod(&market.open).map_err(driver)?,
+                close: s.clone_htod(&market.close).map_err(driver)?,
+                session: s.clone_htod(&market.session).map_err(driver)?,
+                contract: s.clone_htod(&contract).map_err(driver)?,
+                cols: market.cols as u32,
+                split_start: split.start as u32,
+                split_end: split.end as u32,
+                lookback: cfg.lookback as u32,
+                max_position: i32::from(cfg.max_position),
+                upnl_scale: cfg.upnl_scale,
+                tick_size: exec.tick_size,
+                seed,
+            },
+            params: StepParams {
+                multiplier: exec.multiplier,
+                cost_per_side: exec.cost_per_side,
+                slippage_price: exec.slippage_price,
+                episode_steps: cfg.episode_steps,
+                reward_scale: cfg.reward_scale,
+                risk_penalty: cfg.risk_penalty,
+                flatten_at_close: i32::from(cfg.session_rule == SessionRule::FlattenAtClose),
+            },
             t: s.alloc_zeros(n).map_err(driver)?,
             position: s.alloc_zeros(n).map_err(driver)?,
             entry: s.alloc_zeros(n).map_err(driver)?,
@@ -170,18 +232,13 @@ impl GpuVecEnv {
             rewards: s.alloc_zeros(n).map_err(driver)?,
             dones: s.alloc_zeros(n).map_err(driver)?,
             ctx: ctx.clone(),
-            cfg,
-            exec,
-            split,
-            seed,
-            n,
-            cols: market.cols,
+            n: n as u32,
         })
     }
 
     fn launch_cfg(&self) -> LaunchConfig {
         LaunchConfig {
-            grid_dim: ((self.n as u32).div_ceil(256), 1, 1),
+            grid_dim: (self.n.div_ceil(256), 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         }
@@ -189,42 +246,16 @@ impl GpuVecEnv {
 
     /// Starts episode 0 of every environment and writes the observations (asynchronous).
     pub fn reset(&mut self) -> Result<(), MemoryError> {
-        let (cols, start, end, lookback, maxp) = (
-            self.cols as u32,
-            self.split.start as u32,
-            self.split.end as u32,
-            self.cfg.lookback as u32,
-            i32::from(self.cfg.max_position),
-        );
-        let (upnl, tick, seed, n) = (
-            self.cfg.upnl_scale,
-            self.exec.tick_size,
-            self.seed,
-            self.n as u32,
-        );
         let cfg = self.launch_cfg();
         let stream = self.ctx.stream().clone();
         let mut b = stream.launch_builder(&self.reset_fn);
-        b.arg(&self.features)
-            .arg(&self.open)
-            .arg(&self.close)
-            .arg(&self.session)
-            .arg(&self.contract)
-            .arg(&cols);
-        b.arg(&start)
-            .arg(&end)
-            .arg(&lookback)
-            .arg(&maxp)
-            .arg(&upnl)
-            .arg(&tick)
-            .arg(&seed);
+        self.market.push(&mut b);
         b.arg(&mut self.t)
             .arg(&mut self.position)
             .arg(&mut self.entry)
             .arg(&mut self.steps)
-            .arg(&mut self.episode)
-            .arg(&mut self.obs)
-            .arg(&n);
+            .arg(&mut self.episode);
+        b.arg(&mut self.obs).arg(&self.n);
         // SAFETY: the argument list matches env_reset's signature in kernels/env_step.cu; every
         // buffer holds n (obs: n * obs_dim) elements and the grid covers n threads exactly once.
         unsafe { b.launch(cfg) }.map_err(driver)?;
@@ -233,57 +264,25 @@ impl GpuVecEnv {
 
     /// Steps every environment with `actions` (`[n]`, on the device; asynchronous).
     pub fn step(&mut self, actions: &CudaSlice<u8>) -> Result<(), MemoryError> {
-        if actions.len() != self.n {
+        if actions.len() != self.n as usize {
             return Err(MemoryError::Config(format!(
                 "{} actions for {} environments",
                 actions.len(),
                 self.n
             )));
         }
-        let (cols, start, end, lookback, maxp) = (
-            self.cols as u32,
-            self.split.start as u32,
-            self.split.end as u32,
-            self.cfg.lookback as u32,
-            i32::from(self.cfg.max_position),
-        );
-        let (upnl, tick, seed, n) = (
-            self.cfg.upnl_scale,
-            self.exec.tick_size,
-            self.seed,
-            self.n as u32,
-        );
-        let (mult, cps, slip, ep_steps) = (
-            self.exec.multiplier,
-            self.exec.cost_per_side,
-            self.exec.slippage_price,
-            self.cfg.episode_steps,
-        );
-        let (scale, penalty) = (self.cfg.reward_scale, self.cfg.risk_penalty);
-        let flatten = i32::from(self.cfg.session_rule == SessionRule::FlattenAtClose);
         let cfg = self.launch_cfg();
         let stream = self.ctx.stream().clone();
         let mut b = stream.launch_builder(&self.step_fn);
-        b.arg(&self.features)
-            .arg(&self.open)
-            .arg(&self.close)
-            .arg(&self.session)
-            .arg(&self.contract)
-            .arg(&cols);
-        b.arg(&start)
-            .arg(&end)
-            .arg(&lookback)
-            .arg(&maxp)
-            .arg(&upnl)
-            .arg(&tick)
-            .arg(&seed);
-        b.arg(&mult)
-            .arg(&cps)
-            .arg(&slip)
-            .arg(&ep_steps)
-            .arg(&scale)
-            .arg(&penalty)
-            .arg(&flatten);
+        self.market.push(&mut b);
+        let p = &self.params;
+        b.arg(&p.multiplier)
+            .arg(&p.cost_per_side)
+            .arg(&p.slippage_price)
+            .arg(&p.episode_steps);
+        b.arg(&p.reward_scale)
+            .arg(&p.risk_penalty)
+            .arg(&p.flatten_at_close);
         b.arg(&mut self.t)
             .arg(&mut self.position)
             .arg(&mut self.entry)
@@ -293,7 +292,7 @@ impl GpuVecEnv {
             .arg(&mut self.obs)
             .arg(&mut self.rewards)
             .arg(&mut self.dones)
-            .arg(&n);
+            .arg(&self.n);
         // SAFETY: the argument list matches env_step's signature in kernels/env_step.cu; every
         // buffer holds n (obs: n * obs_dim) elements, the market arrays hold the rows the split
         // indexes, and the grid covers n threads exactly once.
