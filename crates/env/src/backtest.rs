@@ -190,20 +190,15 @@ pub fn backtest(
         }
         entry = next_entry(entry, position, &tr);
         position = tr.position;
-        if tr.terminal && tr.next_t + 1 >= split.end {
-            break;
-        }
-        t = if tr.terminal {
-            tr.next_t + 1
-        } else {
-            tr.next_t
-        };
-        if tr.terminal {
+        if !tr.terminal {
+            t = tr.next_t;
+        } else if tr.next_t + 1 < split.end {
+            // Flat after the session's end: the next decision is at the next bar's close. The
+            // new day is opened by the next step's own check.
+            t = tr.next_t + 1;
             equity.push((m.ts[t], equity_now));
-            if m.session[t] != day_session {
-                day_session = m.session[t];
-                daily.push(0.0);
-            }
+        } else {
+            break;
         }
     }
     let values: Vec<f64> = equity.iter().map(|&(_, e)| e).collect();

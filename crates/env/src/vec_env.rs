@@ -222,25 +222,11 @@ impl<'a> VecEnv<'a> {
 
     /// Starts episode 0 of every environment and writes observations, `obs` is `[n * obs_dim]`.
     pub fn reset(&mut self, obs: &mut [f32]) {
-        let dim = self.obs_dim();
-        assert_eq!(
-            obs.len(),
-            self.len() * dim,
-            "obs buffer must be [n * obs_dim]"
-        );
-        for i in 0..self.len() {
-            self.episode[i] = 0;
-            self.start_episode(i);
-            observe(
-                self.market,
-                &self.cfg,
-                self.exec.tick_size,
-                self.t[i] as usize,
-                0,
-                0.0,
-                &mut obs[i * dim..(i + 1) * dim],
-            );
-        }
+        let starts: Vec<usize> = (0..self.len())
+            .map(|i| episode_start(self.seed, i as u32, 0, &self.split))
+            .collect();
+        self.reset_to(&starts, obs)
+            .expect("seeded starts are rows of the split with a next row");
     }
 
     /// Starts every environment's episode at a given bar (a backtest-like start, or a replay of
@@ -278,13 +264,6 @@ impl<'a> VecEnv<'a> {
             );
         }
         Ok(())
-    }
-
-    fn start_episode(&mut self, i: usize) {
-        self.t[i] = episode_start(self.seed, i as u32, self.episode[i], &self.split) as u32;
-        self.position[i] = 0;
-        self.entry[i] = 0.0;
-        self.steps[i] = 0;
     }
 
     /// Steps every environment with `actions` (`[n]`, indices into `0..actions()`), writing the
