@@ -5,10 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use foxhunt_data::session::date_to_day;
-use foxhunt_env::backtest::{BuyAndHold, Flat, Momentum, Random, backtest};
-use foxhunt_env::{
-    BacktestReport, Costs, EnvConfig, Execution, MarketData, Policy, SessionRule, SpecTable,
-};
+use foxhunt_env::{BacktestReport, Baseline, Costs, EnvConfig, Execution, MarketData, SpecTable};
 use serde::Serialize;
 
 use crate::args::LoaderArgs;
@@ -117,22 +114,17 @@ pub fn run(args: &BacktestArgs) -> Result<()> {
         },
     );
     let cfg = EnvConfig::default();
-    let hold = EnvConfig {
-        session_rule: SessionRule::Hold,
-        ..cfg.clone()
+    let chosen: &[Baseline] = match args.strategy {
+        Strategy::Flat => &[Baseline::Flat],
+        Strategy::BuyAndHold => &[Baseline::BuyAndHold],
+        Strategy::Random => &[Baseline::Random],
+        Strategy::Momentum => &[Baseline::Momentum],
+        Strategy::All => &Baseline::ALL,
     };
-    let run = |policy: &mut dyn Policy, cfg: &EnvConfig| {
-        backtest(&market, &exec, cfg, rows.clone(), args.capital, policy)
-    };
-    let reports: Vec<BacktestReport> = match args.strategy {
-        Strategy::Flat => vec![run(&mut Flat, &cfg)?],
-        Strategy::BuyAndHold => vec![run(&mut BuyAndHold, &hold)?],
-        Strategy::Random => vec![run(&mut Random::new(args.seed, cfg.max_position), &cfg)?],
-        Strategy::Momentum => vec![run(&mut Momentum { lookback: 30 }, &cfg)?],
-        Strategy::All => {
-            foxhunt_env::baselines(&market, &exec, &cfg, rows.clone(), args.capital, args.seed)?
-        }
-    };
+    let reports = chosen
+        .iter()
+        .map(|b| b.run(&market, &exec, &cfg, rows.clone(), args.capital, args.seed))
+        .collect::<Result<Vec<BacktestReport>, _>>()?;
     if args.json {
         let out: Vec<Output<'_>> = reports
             .iter()

@@ -122,14 +122,18 @@ pub fn compute_features(
         }
         fill_rows(series, calendar, cfg, 0..split, head);
     });
+    let (open, close) = series
+        .adjusted_bars()
+        .map(|b| (b.open(), b.close()))
+        .unzip();
     FeatureMatrix {
         names,
         rows,
         cols,
         values,
         ts: series.raw.iter().map(|b| b.ts()).collect(),
-        open: series.adjusted_bars().map(|b| b.open()).collect(),
-        close: series.adjusted_bars().map(|b| b.close()).collect(),
+        open,
+        close,
         session: series.session.clone(),
         contract: series.contract.clone(),
     }

@@ -218,8 +218,64 @@ pub fn backtest(
     })
 }
 
-/// The baselines (flat, buy-and-hold, random, momentum) over the same split and costs.
-/// Buy-and-hold holds across sessions (its definition); the others follow `cfg`.
+/// The baseline strategies every report shows beside the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Baseline {
+    /// Never trade.
+    Flat,
+    /// Long one contract from the first fill to the end, held across sessions.
+    BuyAndHold,
+    /// A seeded random target each bar.
+    Random,
+    /// Sign of the last 30 bars' price change within the session.
+    Momentum,
+}
+
+impl Baseline {
+    /// All four, in report order.
+    pub const ALL: [Baseline; 4] = [
+        Baseline::Flat,
+        Baseline::BuyAndHold,
+        Baseline::Random,
+        Baseline::Momentum,
+    ];
+
+    /// Backtests this baseline over `split`. Buy-and-hold holds across sessions (its
+    /// definition); the others follow `cfg`.
+    pub fn run(
+        self,
+        m: &MarketData,
+        x: &Execution,
+        cfg: &EnvConfig,
+        split: Range<usize>,
+        capital: f64,
+        seed: u64,
+    ) -> Result<BacktestReport, EnvError> {
+        match self {
+            Baseline::Flat => backtest(m, x, cfg, split, capital, &mut Flat),
+            Baseline::BuyAndHold => {
+                let hold = EnvConfig {
+                    session_rule: SessionRule::Hold,
+                    ..cfg.clone()
+                };
+                backtest(m, x, &hold, split, capital, &mut BuyAndHold)
+            }
+            Baseline::Random => backtest(
+                m,
+                x,
+                cfg,
+                split,
+                capital,
+                &mut Random::new(seed, cfg.max_position),
+            ),
+            Baseline::Momentum => {
+                backtest(m, x, cfg, split, capital, &mut Momentum { lookback: 30 })
+            }
+        }
+    }
+}
+
+/// The four baselines over the same split and costs, in report order.
 pub fn baselines(
     m: &MarketData,
     x: &Execution,
@@ -228,21 +284,8 @@ pub fn baselines(
     capital: f64,
     seed: u64,
 ) -> Result<Vec<BacktestReport>, EnvError> {
-    let hold = EnvConfig {
-        session_rule: SessionRule::Hold,
-        ..cfg.clone()
-    };
-    Ok(vec![
-        backtest(m, x, cfg, split.clone(), capital, &mut Flat)?,
-        backtest(m, x, &hold, split.clone(), capital, &mut BuyAndHold)?,
-        backtest(
-            m,
-            x,
-            cfg,
-            split.clone(),
-            capital,
-            &mut Random::new(seed, cfg.max_position),
-        )?,
-        backtest(m, x, cfg, split, capital, &mut Momentum { lookback: 30 })?,
-    ])
+    Baseline::ALL
+        .iter()
+        .map(|b| b.run(m, x, cfg, split.clone(), capital, seed))
+        .collect()
 }

@@ -15,7 +15,7 @@ pub mod metrics;
 pub mod spec;
 pub mod vec_env;
 
-pub use backtest::{BacktestReport, Policy, backtest, baselines};
+pub use backtest::{BacktestReport, Baseline, Policy, backtest, baselines};
 pub use error::EnvError;
 pub use exec::{Costs, Execution, SessionRule, Transition};
 pub use market::MarketData;
