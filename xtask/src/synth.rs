@@ -74,15 +74,15 @@ fn intraday(minute: i64) -> (f64, f64) {
     }
 }
 
-/// Generates `years` of bars starting at `start`: returns (symbol, bars) per contract.
-pub fn generate(start: Date, years: u32, seed: u64) -> Result<Vec<(String, Vec<Bar>)>> {
+/// Generates the sessions of trading days `[start, end)`, the first opening at `price`:
+/// returns (symbol, bars) per contract.
+pub fn generate(start: Date, end: Date, price: f64, seed: u64) -> Result<Vec<(String, Vec<Bar>)>> {
     let tz = TimeZone::get("America/Chicago")?;
     let mut rng = Rng(Xoshiro256PlusPlus::seed_from_u64(seed));
-    let end = start.checked_add(jiff::Span::new().years(i64::from(years)))?;
     let mut contracts: std::collections::BTreeMap<(i16, i8), Vec<Bar>> = Default::default();
     let (base_var, alpha, beta) = (0.00027f64.powi(2), 0.05, 0.93);
     let omega = base_var * (1.0 - alpha - beta);
-    let (mut var, mut last_r, mut price, mut spread) = (base_var, 0.0f64, 2500.0f64, 8.0f64);
+    let (mut var, mut last_r, mut price, mut spread) = (base_var, 0.0f64, price, 8.0f64);
     let mut day = start;
     while day < end {
         let weekday = day.weekday().to_monday_one_offset();
@@ -160,7 +160,8 @@ pub fn run(out: &Path, start: &str, years: u32, seed: u64, daily: bool) -> Resul
     let start: Date = start
         .parse()
         .with_context(|| format!("--start {start:?} is not YYYY-MM-DD"))?;
-    let contracts = generate(start, years, seed)?;
+    let end = start.checked_add(jiff::Span::new().years(i64::from(years)))?;
+    let contracts = generate(start, end, 2500.0, seed)?;
     let bars: usize = contracts.iter().map(|(_, b)| b.len()).sum();
     let ids: Vec<u32> = (0..contracts.len() as u32).map(|i| 1000 + i).collect();
     // The contracts' bars in [lo, hi), as one file's content.

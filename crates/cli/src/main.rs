@@ -1,8 +1,8 @@
 //! The `foxhunt` binary: inspect futures data, backtest baseline strategies, train DQN agents.
 
-mod args;
 mod backtest;
 mod inspect;
+mod train;
 
 use std::process::ExitCode;
 
@@ -21,6 +21,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Train a DQN agent on each walk-forward window; report out-of-sample results beside the
+    /// baselines and the phase breakdown of every epoch.
+    Train(Box<foxhunt_trainer::args::TrainArgs>),
+    /// Print the summary of a finished training run.
+    Report(train::ReportArgs),
     /// Run a baseline strategy over a date range and print its metrics.
     Backtest(backtest::BacktestArgs),
     /// Work with market data.
@@ -37,16 +42,28 @@ enum DataCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
-        .init();
     let cli = Cli::parse();
+    // Training logs its progress (one phase-breakdown line per epoch) on stdout, through the
+    // progress bars' writer; the other commands print only warnings, on stderr.
+    if matches!(cli.command, Command::Train(_)) {
+        tracing_subscriber::fmt()
+            .with_writer(|| foxhunt_trainer::progress::LogWriter)
+            .with_target(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(tracing::Level::WARN)
+            .init();
+    }
     let result = match &cli.command {
         Command::Data {
             command: DataCommand::Inspect(args),
         } => inspect::run(args),
         Command::Backtest(args) => backtest::run(args),
+        Command::Train(args) => train::train(args),
+        Command::Report(args) => train::report(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

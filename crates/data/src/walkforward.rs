@@ -93,7 +93,7 @@ impl WalkForwardConfig {
 }
 
 /// Dates of one split, `[start, end)` as YYYY-MM-DD trading days, and its rows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Split {
     /// First trading day included.
     pub start: String,
@@ -104,7 +104,7 @@ pub struct Split {
 }
 
 /// One walk-forward window.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Window {
     /// Index in the plan, counting skipped windows too.
     pub index: usize,
@@ -117,7 +117,7 @@ pub struct Window {
 }
 
 /// A window left out, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SkippedWindow {
     /// The window as cut.
     pub window: Window,
@@ -126,7 +126,7 @@ pub struct SkippedWindow {
 }
 
 /// The windows a plan produces over a data set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Plan {
     /// Windows with enough bars in every split.
     pub windows: Vec<Window>,

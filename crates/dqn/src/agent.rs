@@ -240,8 +240,34 @@ impl<B: AutodiffBackend> DqnAgent<B> {
         greedy.mask_where(explore, random)
     }
 
-    /// One DQN update on `batch`. Nothing is read back to the host here.
+    /// One DQN update on `batch` followed by the target update its schedule calls for: the same
+    /// as [`DqnAgent::learn`] then [`DqnAgent::sync_target`]. Nothing is read back to the host.
     pub fn train_step(&mut self, batch: Batch<B>) -> TrainStats<B::InnerBackend> {
+        let stats = self.learn(batch);
+        self.sync_target();
+        stats
+    }
+
+    /// The target network update due after the latest [`DqnAgent::learn`]: a hard copy every
+    /// K updates, or a Polyak blend after each. Separate from `learn` so that a trainer can time
+    /// it as its own phase.
+    pub fn sync_target(&mut self) {
+        let online = self.online();
+        match self.cfg.target_update {
+            TargetUpdate::Hard { every } => {
+                if self.updates.is_multiple_of(every) {
+                    self.target = online.valid();
+                }
+            }
+            TargetUpdate::Soft { tau } => {
+                self.target = polyak(&online.valid(), self.target.clone(), tau)
+            }
+        }
+    }
+
+    /// One gradient update on `batch`, without the target update (see
+    /// [`DqnAgent::train_step`]). Nothing is read back to the host here.
+    pub fn learn(&mut self, batch: Batch<B>) -> TrainStats<B::InnerBackend> {
         let lr = self.cfg.lr_at(self.updates);
         let online = self
             .online
@@ -272,16 +298,6 @@ impl<B: AutodiffBackend> DqnAgent<B> {
         }
         let online = self.optim.step(lr, online, grads);
         self.updates += 1;
-        match self.cfg.target_update {
-            TargetUpdate::Hard { every } => {
-                if self.updates.is_multiple_of(every) {
-                    self.target = online.valid();
-                }
-            }
-            TargetUpdate::Soft { tau } => {
-                self.target = polyak(&online.valid(), self.target.clone(), tau)
-            }
-        }
         self.online = Some(online);
         let td = td.inner();
         TrainStats {

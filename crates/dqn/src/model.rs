@@ -89,3 +89,23 @@ pub fn dueling<B: Backend>(value: Tensor<B, 2>, advantage: Tensor<B, 2>) -> Tens
     let mean = advantage.clone().mean_dim(1);
     value + advantage - mean
 }
+
+impl<B: Backend> QNetwork<B> {
+    /// The same weights on another backend (through burn's full-precision record), e.g. a copy
+    /// on the CPU of a network trained on the GPU, for evaluation bar by bar where a device
+    /// round trip per bar would dominate.
+    pub fn to_backend<B2: Backend>(
+        &self,
+        cfg: &DqnConfig,
+        device: &B2::Device,
+    ) -> Result<QNetwork<B2>, crate::DqnError> {
+        use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+        let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let err = |e: burn::record::RecorderError| {
+            crate::DqnError::Config(format!("copying the network between backends: {e}"))
+        };
+        let bytes = Recorder::<B>::record(&rec, self.clone().into_record(), ()).map_err(err)?;
+        let record = Recorder::<B2>::load(&rec, bytes, device).map_err(err)?;
+        Ok(QNetwork::<B2>::init(cfg, device).load_record(record))
+    }
+}

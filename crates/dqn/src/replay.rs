@@ -233,6 +233,114 @@ impl Replay {
     }
 }
 
+const REPLAY_MAGIC: &[u8; 12] = b"FOXHUNT-RPL1";
+
+impl Replay {
+    /// The whole replay as bytes (transitions, write position, sampler state, priorities), so a
+    /// resumed run samples exactly what an uninterrupted one would.
+    ///
+    /// Layout: magic `FOXHUNT-RPL1`, then little-endian u64 capacity, next, rng, len, obs_dim,
+    /// f64 max priority (NaN without prioritized replay), then per transition obs, action (u8),
+    /// return, next_obs, discount (f32s) and its priority (f64, prioritized only).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let dim = self.items.first().map_or(0, |t| t.obs.len());
+        let mut b = REPLAY_MAGIC.to_vec();
+        for v in [
+            self.capacity as u64,
+            self.next as u64,
+            self.rng,
+            self.items.len() as u64,
+            dim as u64,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        let max_p = self.per.as_ref().map_or(f64::NAN, |p| p.2);
+        b.extend_from_slice(&max_p.to_le_bytes());
+        for (i, t) in self.items.iter().enumerate() {
+            t.obs
+                .iter()
+                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+            b.push(t.action);
+            b.extend_from_slice(&t.ret.to_le_bytes());
+            t.next_obs
+                .iter()
+                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+            b.extend_from_slice(&t.discount.to_le_bytes());
+            if let Some((_, tree, _)) = &self.per {
+                b.extend_from_slice(&tree.get(i).to_le_bytes());
+            }
+        }
+        b
+    }
+
+    /// Rebuilds a replay written by [`Replay::to_bytes`] with the same capacity and prioritized
+    /// setting; anything else is an error naming the problem.
+    pub fn from_bytes(
+        bytes: &[u8],
+        capacity: usize,
+        prioritized: Option<Prioritized>,
+    ) -> Result<Self, crate::DqnError> {
+        let bad = |m: &str| crate::DqnError::Config(format!("replay state: {m}"));
+        let mut at = bytes
+            .strip_prefix(REPLAY_MAGIC.as_slice())
+            .ok_or_else(|| bad("bad magic"))?;
+        let mut take = |n: usize| -> Result<&[u8], crate::DqnError> {
+            if at.len() < n {
+                return Err(bad("truncated"));
+            }
+            let (head, tail) = at.split_at(n);
+            at = tail;
+            Ok(head)
+        };
+        let mut u64s = [0u64; 5];
+        for v in &mut u64s {
+            *v = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+        }
+        let [cap, next, rng, len, dim] = u64s.map(|v| v as usize);
+        if cap != capacity || len > cap || next >= cap.max(1) {
+            return Err(bad(&format!(
+                "written for capacity {cap} (len {len}, next {next}), wanted {capacity}"
+            )));
+        }
+        let max_p = f64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+        if max_p.is_nan() == prioritized.is_some() {
+            return Err(bad("written with another prioritized-replay setting"));
+        }
+        let mut r = Replay::new(capacity, 0, prioritized);
+        r.rng = rng as u64;
+        r.next = next;
+        let f32s = |b: &[u8]| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect()
+        };
+        for i in 0..len {
+            let obs = f32s(take(4 * dim)?);
+            let action = take(1)?[0];
+            let ret = f32s(take(4)?)[0];
+            let next_obs = f32s(take(4 * dim)?);
+            let discount = f32s(take(4)?)[0];
+            r.items.push(Transition {
+                obs,
+                action,
+                ret,
+                next_obs,
+                discount,
+            });
+            if let Some((_, tree, _)) = &mut r.per {
+                tree.set(i, f64::from_le_bytes(take(8)?.try_into().expect("8 bytes")));
+            }
+        }
+        if let Some((_, _, m)) = &mut r.per {
+            *m = max_p;
+        }
+        if !at.is_empty() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(r)
+    }
+}
+
 /// Sum tree over priorities: O(log n) update and prefix-sum search.
 struct SumTree {
     size: usize,
@@ -323,6 +431,34 @@ mod tests {
             4,
             "a truncated start is dropped, not bootstrapped from a reset state"
         );
+    }
+
+    #[test]
+    fn replay_state_round_trips_and_samples_alike() {
+        for per in [None, Some(Prioritized::default())] {
+            let mut a = Replay::new(5, 9, per);
+            for k in 0..7 {
+                a.push(Transition {
+                    obs: vec![k as f32, -1.0],
+                    action: (k % 3) as u8,
+                    ret: k as f32 * 0.5,
+                    next_obs: vec![k as f32 + 1.0, 2.0],
+                    discount: 0.9,
+                });
+            }
+            a.update_priorities(&[1, 3], &[4.0, 0.5]);
+            let mut b = Replay::from_bytes(&a.to_bytes(), 5, per).expect("round trip");
+            assert_eq!(a.sample(16, 3), b.sample(16, 3));
+            assert!(Replay::from_bytes(&a.to_bytes(), 6, per).is_err());
+            let other = if per.is_some() {
+                None
+            } else {
+                Some(Prioritized::default())
+            };
+            assert!(Replay::from_bytes(&a.to_bytes(), 5, other).is_err());
+            let bytes = a.to_bytes();
+            assert!(Replay::from_bytes(&bytes[..bytes.len() - 1], 5, per).is_err());
+        }
     }
 
     #[test]

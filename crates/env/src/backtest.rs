@@ -109,6 +109,16 @@ pub struct BacktestReport {
     pub metrics: Metrics,
     /// (bar start ns UTC, equity in currency) after each bar.
     pub equity: Vec<(i64, f64)>,
+    /// Net PnL of each trading day, in order (what Sharpe and Sortino are computed from; kept so
+    /// that reports over several periods can compute their metrics from the pieces).
+    #[serde(skip)]
+    pub daily_pnl: Vec<f64>,
+    /// Closed trades as (net PnL, bars held).
+    #[serde(skip)]
+    pub trades: Vec<(f64, usize)>,
+    /// Contracts bought and sold.
+    #[serde(skip)]
+    pub contracts_traded: u64,
 }
 
 /// Runs `policy` over rows `split` from a flat start: one decision per bar close, fills and costs
@@ -215,6 +225,9 @@ pub fn backtest(
         policy: policy.name(),
         metrics,
         equity,
+        daily_pnl: daily,
+        trades,
+        contracts_traded: contracts,
     })
 }
 

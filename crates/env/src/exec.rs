@@ -1,13 +1,13 @@
 //! Execution and costs: the one function that says what a step does to a position and to
 //! equity. The vectorized environment, the backtester and the GPU kernels all follow it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::market::MarketData;
 use crate::spec::ContractSpec;
 
 /// What happens at the end of a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SessionRule {
     /// Close the position at the close of a session's last bar; the episode ends there.
@@ -20,7 +20,8 @@ pub enum SessionRule {
 }
 
 /// Trading costs, in the contract's currency.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Costs {
     /// Commission per contract per side.
     pub commission: f64,

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::EnvError;
 use crate::exec::{Execution, SessionRule, next_entry, transition};
@@ -13,7 +13,8 @@ use crate::market::MarketData;
 /// Environment settings. Defaults: one contract each way (3 actions), look-back 1 row, episodes
 /// to the end of the session, reward in units of 100 currency, no risk penalty, flatten at each
 /// session's close, unrealized PnL observed in units of 100 ticks.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct EnvConfig {
     /// Largest position in contracts; actions are targets `-max..=max` (2 max + 1 actions).
     pub max_position: u8,
@@ -61,7 +62,8 @@ impl EnvConfig {
     pub fn obs_dim(&self, cols: usize) -> usize {
         self.lookback * cols + 2
     }
-    fn validate(&self) -> Result<(), EnvError> {
+    /// Checks the settings (also done by [`VecEnv::new`]).
+    pub fn validate(&self) -> Result<(), EnvError> {
         if self.max_position == 0 || self.max_position > 100 {
             return Err(EnvError::Config(format!(
                 "max_position must be 1..=100, got {}",

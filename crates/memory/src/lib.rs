@@ -5,9 +5,10 @@
 //! Without the `cuda` feature the same types exist and every constructor returns
 //! [`MemoryError::NoCuda`], so callers have one code path and a clear message.
 //!
-//! Not yet here (issue #4 continues): the window arena and its buffer pool, the device replay
-//! ring and on-device sampling.
+//! [`HostPool`] and [`HostArena`] hold a walk-forward window's data for the window's life, built
+//! with one copy and handed back to the pool for the next window (see [`arena`]).
 
+pub mod arena;
 mod error;
 // Kernel launches and library probes are unsafe FFI; each use carries a SAFETY comment. The rest
 // of the workspace denies unsafe code.
@@ -17,6 +18,7 @@ mod gpu;
 #[cfg(not(feature = "cuda"))]
 mod twin;
 
+pub use arena::{Epoch, HostArena, HostPool, PoolStats, WindowData};
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuContext, GpuVecEnv};

@@ -1,0 +1,236 @@
+//! The window arena on the host: a walk-forward window's market data copied once into buffers
+//! taken from a pool, borrowed by every epoch, and handed back to the pool when the window ends.
+//!
+//! The lifetimes carry the rule. [`HostPool::window`] borrows the pool mutably for as long as
+//! the arena lives, so a second arena cannot be made while one exists; an [`Epoch`] borrows the
+//! arena, so no epoch can outlive its window or re-create its data. The GPU arena has the same
+//! shape.
+//!
+//! ```compile_fail,E0597
+//! # use foxhunt_memory::{HostPool, WindowData};
+//! # fn f(data: &WindowData) {
+//! let mut pool = HostPool::new();
+//! let epoch = {
+//!     let arena = pool.window(data);
+//!     arena.epoch(1) // error: the epoch would outlive the window's arena
+//! };
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0499
+//! # use foxhunt_memory::{HostPool, WindowData};
+//! # fn f(data: &WindowData) {
+//! let mut pool = HostPool::new();
+//! let first = pool.window(data);
+//! let second = pool.window(data); // error: the pool is lent to `first` until it is dropped
+//! drop(first);
+//! # }
+//! ```
+
+use foxhunt_env::{Execution, MarketData};
+
+/// What a window's arena is built from: its rows of market data and the execution terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowData {
+    /// The window's rows (train, validation and test), features normalized on train.
+    pub market: MarketData,
+    /// Contract terms and costs.
+    pub exec: Execution,
+}
+
+impl WindowData {
+    /// Bytes of market data a host arena copies.
+    pub fn bytes(&self) -> u64 {
+        let m = &self.market;
+        (size_of_val(m.features.as_slice())
+            + size_of_val(m.open.as_slice())
+            + size_of_val(m.close.as_slice())
+            + size_of_val(m.session.as_slice())
+            + size_of_val(m.contract.as_slice())
+            + size_of_val(m.ts.as_slice())) as u64
+    }
+}
+
+/// A pool's bookkeeping, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PoolStats {
+    /// Bytes newly allocated (host heap or cudaMalloc) over the pool's life.
+    pub allocated: u64,
+    /// Bytes served from buffers that earlier windows released.
+    pub reused: u64,
+    /// Largest number of bytes the pool held at once (lent and free).
+    pub peak: u64,
+    /// Bytes of window data copied into arenas (uploads) over the pool's life.
+    pub uploaded: u64,
+    /// Allocations made (cudaMalloc calls on the GPU).
+    pub allocations: u64,
+}
+
+/// Free buffers by element type, each reused by any later request it is large enough for.
+#[derive(Debug, Default)]
+pub(crate) struct FreeLists<F32, F64, U32, I64> {
+    pub f32: Vec<F32>,
+    pub f64: Vec<F64>,
+    pub u32: Vec<U32>,
+    pub i64: Vec<I64>,
+}
+
+/// Takes the smallest free buffer of at least `len` elements (capacity by `cap`), if any.
+pub(crate) fn take_fitting<T>(
+    free: &mut Vec<T>,
+    len: usize,
+    cap: impl Fn(&T) -> usize,
+) -> Option<T> {
+    let best = free
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| cap(b) >= len)
+        .min_by_key(|(_, b)| cap(b))
+        .map(|(i, _)| i)?;
+    Some(free.swap_remove(best))
+}
+
+/// A pool of host buffers that window arenas are built in, reused from window to window.
+#[derive(Debug, Default)]
+pub struct HostPool {
+    free: FreeLists<Vec<f32>, Vec<f64>, Vec<u32>, Vec<i64>>,
+    contract: Vec<Vec<u16>>,
+    stats: PoolStats,
+    held: u64,
+}
+
+impl HostPool {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The pool's bookkeeping so far.
+    pub fn stats(&self) -> PoolStats {
+        self.stats
+    }
+
+    fn fill<T: Copy>(
+        free: &mut Vec<Vec<T>>,
+        stats: &mut PoolStats,
+        held: &mut u64,
+        src: &[T],
+    ) -> Vec<T> {
+        let bytes = std::mem::size_of_val(src) as u64;
+        let mut buf = match take_fitting(free, src.len(), Vec::capacity) {
+            Some(b) => {
+                stats.reused += bytes;
+                b
+            }
+            None => {
+                stats.allocated += bytes;
+                stats.allocations += 1;
+                *held += bytes;
+                stats.peak = stats.peak.max(*held);
+                Vec::with_capacity(src.len())
+            }
+        };
+        buf.clear();
+        buf.extend_from_slice(src);
+        stats.uploaded += bytes;
+        buf
+    }
+
+    /// Builds the arena of one window: one copy of `data` into pooled buffers. The arena holds
+    /// the pool until it is dropped, so windows are strictly one after another.
+    pub fn window(&mut self, data: &WindowData) -> HostArena<'_> {
+        let m = &data.market;
+        let (free, stats, held) = (&mut self.free, &mut self.stats, &mut self.held);
+        let market = MarketData {
+            rows: m.rows,
+            cols: m.cols,
+            features: Self::fill(&mut free.f32, stats, held, &m.features),
+            open: Self::fill(&mut free.f64, stats, held, &m.open),
+            close: Self::fill(&mut free.f64, stats, held, &m.close),
+            session: Self::fill(&mut free.u32, stats, held, &m.session),
+            contract: Self::fill(&mut self.contract, stats, held, &m.contract),
+            ts: Self::fill(&mut free.i64, stats, held, &m.ts),
+        };
+        HostArena {
+            pool: self,
+            market,
+            exec: data.exec,
+            uploaded: data.bytes(),
+        }
+    }
+}
+
+/// One window's data, resident for the window's life (host implementation).
+#[derive(Debug)]
+pub struct HostArena<'p> {
+    pool: &'p mut HostPool,
+    market: MarketData,
+    exec: Execution,
+    uploaded: u64,
+}
+
+impl HostArena<'_> {
+    /// The window's market data.
+    pub fn market(&self) -> &MarketData {
+        &self.market
+    }
+    /// The execution terms.
+    pub fn exec(&self) -> &Execution {
+        &self.exec
+    }
+    /// Bytes copied in when the window began (the only copy of window data it ever makes).
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.uploaded
+    }
+    /// Lends the window's data to epoch `index`. Nothing is copied.
+    pub fn epoch(&self, index: usize) -> Epoch<'_, Self> {
+        Epoch { arena: self, index }
+    }
+    /// The pool's bookkeeping (the arena holds the pool while it lives).
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats
+    }
+}
+
+impl Drop for HostArena<'_> {
+    fn drop(&mut self) {
+        let m = std::mem::replace(
+            &mut self.market,
+            MarketData {
+                rows: 0,
+                cols: 0,
+                features: Vec::new(),
+                open: Vec::new(),
+                close: Vec::new(),
+                session: Vec::new(),
+                contract: Vec::new(),
+                ts: Vec::new(),
+            },
+        );
+        let free = &mut self.pool.free;
+        free.f32.push(m.features);
+        free.f64.push(m.open);
+        free.f64.push(m.close);
+        free.u32.push(m.session);
+        free.i64.push(m.ts);
+        self.pool.contract.push(m.contract);
+    }
+}
+
+/// An epoch's loan of its window's arena: it cannot outlive the arena, and holds no copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Epoch<'a, A> {
+    arena: &'a A,
+    index: usize,
+}
+
+impl<'a, A> Epoch<'a, A> {
+    /// The arena lent.
+    pub fn arena(&self) -> &'a A {
+        self.arena
+    }
+    /// The epoch's index within its window.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}

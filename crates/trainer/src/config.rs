@@ -1,0 +1,134 @@
+//! What a training run is configured by: the loop's own settings, the environment, costs and
+//! the agent, with documented defaults, readable from a TOML file and overridable by flags.
+
+use foxhunt_dqn::DqnConfig;
+use foxhunt_dqn::config::{Decay, Epsilon};
+use foxhunt_env::{Costs, EnvConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::TrainError;
+
+/// Where to train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    /// The CPU (burn NdArray, rayon environments).
+    Cpu,
+    /// An NVIDIA GPU; an error when none can be used.
+    Cuda,
+    /// The GPU when one can be used, else the CPU (saying why).
+    #[default]
+    Auto,
+}
+
+/// A training run's settings. TOML sections `[env]`, `[costs]` and `[dqn]` hold the parts; the
+/// rest are top-level keys.
+///
+/// ```toml
+/// epochs = 5
+/// max_steps_per_epoch = 200
+/// envs = 64
+/// [dqn]
+/// hidden = [128, 128]
+/// lr = 0.0005
+/// [dqn.target_update]
+/// kind = "soft"
+/// tau = 0.01
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Epochs per window (default 5).
+    pub epochs: usize,
+    /// Environment steps per epoch, each followed by one update once the replay is warm
+    /// (default 200).
+    pub max_steps_per_epoch: usize,
+    /// Environments stepped together (default 64).
+    pub envs: usize,
+    /// Transitions the replay holds before updates begin (default 1000, at least a batch).
+    pub learning_starts: usize,
+    /// Write resumable state every this many epochs (default 1; 0: only after each window).
+    pub checkpoint_every: usize,
+    /// Device (default auto).
+    pub device: DeviceChoice,
+    /// Seed of everything random in the run (default 0).
+    pub seed: u64,
+    /// Capital that returns and drawdown fractions are stated on (default 100,000).
+    pub capital: f64,
+    /// Trading costs (default: 2.50 per side, one tick of slippage).
+    pub costs: Costs,
+    /// The environment (default: one contract each way, flatten at each session's close).
+    pub env: EnvConfig,
+    /// The agent; `obs_dim` and `actions` are set from the environment. Default: the DQN
+    /// crate's defaults with exploration decaying over the first 20,000 environment steps.
+    pub dqn: DqnConfig,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 5,
+            max_steps_per_epoch: 200,
+            envs: 64,
+            learning_starts: 1000,
+            checkpoint_every: 1,
+            device: DeviceChoice::Auto,
+            seed: 0,
+            capital: 100_000.0,
+            costs: Costs::default(),
+            env: EnvConfig::default(),
+            dqn: DqnConfig {
+                epsilon: Epsilon {
+                    start: 1.0,
+                    end: 0.05,
+                    steps: 20_000,
+                    decay: Decay::Linear,
+                },
+                ..DqnConfig::default()
+            },
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Reads a TOML file over the defaults; unknown keys are errors naming the file.
+    pub fn from_toml_file(path: &std::path::Path) -> Result<Self, TrainError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| TrainError::file(path, format!("cannot read: {e}")))?;
+        toml::from_str(&text).map_err(|e| TrainError::file(path, e.to_string().trim_end()))
+    }
+
+    /// Checks the settings the loop itself owns (the environment and the agent check theirs).
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let bad = |m: String| Err(TrainError::Options(m));
+        if self.epochs == 0 || self.max_steps_per_epoch == 0 || self.envs == 0 {
+            return bad(format!(
+                "epochs, max_steps_per_epoch and envs must be at least 1 (got {}, {}, {})",
+                self.epochs, self.max_steps_per_epoch, self.envs
+            ));
+        }
+        if !(self.capital.is_finite() && self.capital > 0.0) {
+            return bad(format!("capital must be positive, got {}", self.capital));
+        }
+        for (name, v) in [
+            ("commission", self.costs.commission),
+            ("slippage_ticks", self.costs.slippage_ticks),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(format!("{name} must be zero or more, got {v}"));
+            }
+        }
+        self.env.validate()?;
+        Ok(())
+    }
+
+    /// The agent's configuration for a window: sizes from the environment, seed per window.
+    pub fn agent_config(&self, feature_cols: usize, window: usize) -> DqnConfig {
+        DqnConfig {
+            obs_dim: self.env.obs_dim(feature_cols),
+            actions: self.env.actions(),
+            seed: self.seed ^ (window as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ..self.dqn.clone()
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The trainer's error type: each variant carries what a user needs to find the problem.
+
+use std::path::PathBuf;
+
+/// Errors of foxhunt-trainer.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// Reading or preparing the data failed.
+    #[error(transparent)]
+    Data(#[from] foxhunt_data::DataError),
+    /// The environment refused a setting.
+    #[error(transparent)]
+    Env(#[from] foxhunt_env::EnvError),
+    /// The agent refused a setting or a checkpoint.
+    #[error(transparent)]
+    Dqn(#[from] foxhunt_dqn::DqnError),
+    /// GPU memory, kernels or device.
+    #[error(transparent)]
+    Memory(#[from] foxhunt_memory::MemoryError),
+    /// A command-line or config-file setting is unusable.
+    #[error("{0}")]
+    Options(String),
+    /// A file could not be read or written.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A loss or Q-value stopped being finite: the window is abandoned, the run goes on.
+    #[error(
+        "window {window}, epoch {epoch}, step {step}: {what} is not finite; last finite statistics: {last_finite}"
+    )]
+    NonFinite {
+        /// Window index.
+        window: usize,
+        /// Epoch within the window.
+        epoch: usize,
+        /// Training step within the epoch (0-based) whose statistics were first not finite.
+        step: usize,
+        /// Which statistic.
+        what: String,
+        /// The statistics of the last step that was finite, or "none".
+        last_finite: String,
+    },
+    /// The run stopped on request (`--stop-after-epochs`) after writing its state; `--resume`
+    /// continues it.
+    #[error("stopped after {epochs} epochs as asked; continue with --resume")]
+    Stopped {
+        /// Epochs trained in this invocation.
+        epochs: usize,
+    },
+}
+
+impl TrainError {
+    pub(crate) fn file(path: &std::path::Path, message: impl std::fmt::Display) -> Self {
+        TrainError::File {
+            path: path.to_path_buf(),
+            message: message.to_string(),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! foxhunt-trainer: the main job. Trains a DQN agent on each walk-forward window of a futures
+//! series, keeps the epoch that scores best on validation, judges it once on the window's test
+//! period beside the baselines, and reports the out-of-sample result over all windows, with a
+//! phase breakdown (init, collect, train, sync, eval) of every epoch.
+//!
+//! [`run`] is the loop; [`TrainConfig`] its settings (TOML); [`args::TrainArgs`] the command
+//! line of `foxhunt train`; [`report`] the run directory's files; [`phase`] the profiling.
+//! A window's data lives in a foxhunt-memory arena built once per window; epochs borrow it.
+
+pub mod args;
+pub mod config;
+mod error;
+pub mod phase;
+mod plot;
+pub mod progress;
+pub mod report;
+mod run;
+
+pub use config::{DeviceChoice, TrainConfig};
+pub use error::TrainError;
+pub use phase::PhaseTimes;
+pub use report::RunReport;
+pub use run::{Job, Resolved, RunOptions, resolve_device, run};

@@ -1,0 +1,328 @@
+//! The run's reports: per-window results, the aggregate over all test periods beside the
+//! baselines, the out-of-sample equity curve (CSV and PNG), the phase breakdowns, and the
+//! summary table `foxhunt report` prints. Every file is written atomically.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use foxhunt_data::walkforward::Split;
+use foxhunt_env::BacktestReport;
+use foxhunt_env::Metrics;
+use foxhunt_env::metrics::MetricInputs;
+use foxhunt_memory::PoolStats;
+use serde::{Deserialize, Serialize};
+
+use crate::TrainError;
+use crate::phase::PhaseTimes;
+
+/// One epoch's learning statistics and validation result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochSummary {
+    /// Epoch within the window.
+    pub epoch: usize,
+    /// Mean loss over the epoch's updates (None before the first update).
+    pub loss: Option<f32>,
+    /// Mean Q of the chosen actions over the updates.
+    pub mean_q: Option<f32>,
+    /// Mean |TD error| over the updates.
+    pub td_abs_mean: Option<f32>,
+    /// Mean gradient norm (before clipping) over the updates.
+    pub grad_norm: Option<f32>,
+    /// Exploration rate at the epoch's end.
+    pub epsilon: f64,
+    /// Net PnL of the greedy policy on the validation split.
+    pub val_pnl: f64,
+}
+
+/// How a window ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "status")]
+pub enum WindowStatus {
+    /// Trained, validated and tested.
+    Ok,
+    /// Abandoned; the run went on with the next window.
+    Failed {
+        /// Why.
+        error: String,
+    },
+}
+
+/// A policy's metrics over a period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyResult {
+    /// `agent`, `flat`, `buy-and-hold`, `random` or `momentum`.
+    pub policy: String,
+    /// Its metrics.
+    pub metrics: Metrics,
+}
+
+/// One window's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowReport {
+    /// Index in the walk-forward plan.
+    pub index: usize,
+    /// Train split (dates and rows of the series).
+    pub train: Split,
+    /// Validation split.
+    pub val: Split,
+    /// Test split.
+    pub test: Split,
+    /// Outcome.
+    #[serde(flatten)]
+    pub status: WindowStatus,
+    /// Epoch whose weights scored best on validation.
+    pub best_epoch: Option<usize>,
+    /// The best epoch's validation metrics.
+    pub validation: Option<Metrics>,
+    /// The best epoch's agent on the test split, then the baselines on the same split.
+    pub test_results: Vec<PolicyResult>,
+    /// Per epoch statistics.
+    pub epochs: Vec<EpochSummary>,
+}
+
+/// A policy's raw test-period results, kept so that the aggregate is computed from the pieces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Curve {
+    /// Policy name.
+    pub policy: String,
+    /// (bar start ns UTC, equity) after each bar, starting at 0.
+    pub equity: Vec<(i64, f64)>,
+    /// Net PnL per trading day.
+    pub daily_pnl: Vec<f64>,
+    /// Closed trades (net PnL, bars held).
+    pub trades: Vec<(f64, usize)>,
+    /// Contracts traded.
+    pub contracts_traded: u64,
+    /// Costs paid.
+    pub total_costs: f64,
+    /// Bars in the period.
+    pub bars: usize,
+}
+
+impl Curve {
+    /// The pieces of a backtest.
+    pub fn from_backtest(name: &str, r: &BacktestReport) -> Self {
+        Self {
+            policy: name.to_owned(),
+            equity: r.equity.clone(),
+            daily_pnl: r.daily_pnl.clone(),
+            trades: r.trades.clone(),
+            contracts_traded: r.contracts_traded,
+            total_costs: r.metrics.total_costs,
+            bars: r.metrics.bars,
+        }
+    }
+}
+
+/// A window skipped by the plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Index in the plan.
+    pub index: usize,
+    /// Why.
+    pub reason: String,
+}
+
+/// The whole run's report (`report.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// `cpu` or `cuda`.
+    pub device: String,
+    /// Windows trained (or failed), in order.
+    pub windows: Vec<WindowReport>,
+    /// Windows the plan skipped.
+    pub skipped: Vec<Skipped>,
+    /// Windows wholly inside holes in the data.
+    pub empty_windows: usize,
+    /// Over all test periods of the windows that finished: the agent, then the baselines.
+    pub aggregate: Vec<PolicyResult>,
+    /// Every epoch's phase breakdown.
+    pub phases: Vec<PhaseTimes>,
+    /// The window-data pool's bookkeeping.
+    pub pool: PoolStats,
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, creating the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| TrainError::file(dir, format!("cannot create: {e}")))?;
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        TrainError::file(path, format!("cannot write: {e}"))
+    })
+}
+
+/// Writes `value` as pretty JSON, atomically.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), TrainError> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| TrainError::file(path, e))?;
+    write_atomic(path, &bytes)
+}
+
+/// Reads JSON written by [`write_json`].
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, TrainError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| TrainError::file(path, format!("cannot read: {e}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| TrainError::file(path, format!("not a foxhunt report: {e}")))
+}
+
+/// Metrics over several periods, from their pieces: daily PnL and trades concatenated, equity
+/// chained (each period starts where the previous ended).
+pub fn aggregate(curves: &[&Curve], capital: f64) -> Metrics {
+    let mut daily = Vec::new();
+    let mut equity = vec![0.0];
+    let mut trades = Vec::new();
+    let (mut contracts, mut costs, mut bars, mut offset) = (0, 0.0, 0, 0.0);
+    for c in curves {
+        daily.extend_from_slice(&c.daily_pnl);
+        trades.extend_from_slice(&c.trades);
+        equity.extend(c.equity.iter().map(|&(_, e)| offset + e));
+        offset += c.equity.last().map_or(0.0, |&(_, e)| e);
+        contracts += c.contracts_traded;
+        costs += c.total_costs;
+        bars += c.bars;
+    }
+    Metrics::compute(&MetricInputs {
+        daily_pnl: &daily,
+        equity: &equity,
+        trades: &trades,
+        capital,
+        contracts_traded: contracts,
+        total_costs: costs,
+        bars,
+    })
+}
+
+/// The out-of-sample equity curve over all test periods as CSV: one row per bar of the agent's
+/// curve, every policy's equity chained across windows (a policy's value at a time is its
+/// latest point at or before it).
+pub fn equity_csv(windows: &[(usize, Vec<Curve>)]) -> String {
+    let Some((_, first)) = windows.first() else {
+        return "time,window\n".into();
+    };
+    let names: Vec<&str> = first.iter().map(|c| c.policy.as_str()).collect();
+    let mut out = format!("time,window,{}\n", names.join(","));
+    let mut offsets = vec![0.0; names.len()];
+    for (w, curves) in windows {
+        let agent = &curves[0];
+        for &(ts, _) in &agent.equity {
+            let time = jiff::Timestamp::from_nanosecond(i128::from(ts))
+                .map(|t| t.to_string())
+                .unwrap_or_else(|_| ts.to_string());
+            let _ = write!(out, "{time},{w}");
+            for (c, off) in curves.iter().zip(&offsets) {
+                let at = c.equity.partition_point(|&(t, _)| t <= ts);
+                let v = if at == 0 { 0.0 } else { c.equity[at - 1].1 };
+                let _ = write!(out, ",{:.2}", off + v);
+            }
+            out.push('\n');
+        }
+        for (c, off) in curves.iter().zip(offsets.iter_mut()) {
+            *off += c.equity.last().map_or(0.0, |&(_, e)| e);
+        }
+    }
+    out
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+/// The summary table `foxhunt train` ends with and `foxhunt report` prints.
+pub fn summary(r: &RunReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "device {}; {} windows trained, {} failed, {} skipped, {} empty",
+        r.device,
+        r.windows
+            .iter()
+            .filter(|w| w.status == WindowStatus::Ok)
+            .count(),
+        r.windows
+            .iter()
+            .filter(|w| w.status != WindowStatus::Ok)
+            .count(),
+        r.skipped.len(),
+        r.empty_windows
+    );
+    let _ = writeln!(
+        s,
+        "\n{:>6}  {:<10} {:<10}  {:>4}  {:>12} {:>12} {:>12}",
+        "window", "test from", "test to", "best", "agent pnl", "buy&hold", "flat"
+    );
+    for w in &r.windows {
+        let pnl = |name: &str| {
+            w.test_results
+                .iter()
+                .find(|p| p.policy == name)
+                .map_or("-".into(), |p| format!("{:.2}", p.metrics.total_pnl))
+        };
+        match &w.status {
+            WindowStatus::Ok => {
+                let _ = writeln!(
+                    s,
+                    "{:>6}  {:<10} {:<10}  {:>4}  {:>12} {:>12} {:>12}",
+                    w.index,
+                    w.test.start,
+                    w.test.end,
+                    w.best_epoch.map_or("-".into(), |e| e.to_string()),
+                    pnl("agent"),
+                    pnl("buy-and-hold"),
+                    pnl("flat")
+                );
+            }
+            WindowStatus::Failed { error } => {
+                let _ = writeln!(s, "{:>6}  FAILED: {error}", w.index);
+            }
+        }
+    }
+    if !r.aggregate.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nout of sample, all test periods:\n{:<14} {:>12} {:>8} {:>8} {:>12} {:>8} {:>8}",
+            "policy", "net pnl", "sharpe", "sortino", "max dd", "trades", "days"
+        );
+        for p in &r.aggregate {
+            let m = &p.metrics;
+            let _ = writeln!(
+                s,
+                "{:<14} {:>12.2} {:>8} {:>8} {:>12.2} {:>8} {:>8}",
+                p.policy,
+                m.total_pnl,
+                fmt_opt(m.sharpe),
+                fmt_opt(m.sortino),
+                m.max_drawdown,
+                m.trades,
+                m.days
+            );
+        }
+    }
+    if !r.phases.is_empty() {
+        let n = r.phases.len() as f64;
+        let mean = |f: fn(&PhaseTimes) -> f64| r.phases.iter().map(f).sum::<f64>() / n;
+        let _ = writeln!(
+            s,
+            "\nmean phase times per epoch (ms): init {:.3} collect {:.3} train {:.3} sync {:.3} eval {:.3} total {:.3}",
+            mean(|p| p.init),
+            mean(|p| p.collect),
+            mean(|p| p.train),
+            mean(|p| p.sync),
+            mean(|p| p.eval),
+            mean(|p| p.total)
+        );
+    }
+    s
+}

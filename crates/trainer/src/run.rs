@@ -1,0 +1,854 @@
+//! The walk-forward loop: for each window build its arena (one copy), train epochs (collect,
+//! train, sync, eval), keep the checkpoint that scores best on validation, test it once, and
+//! report all of it; write resumable state as it goes.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::tensor::Tensor;
+use burn::tensor::backend::AutodiffBackend;
+use foxhunt_data::{Dataset, Normalizer, WalkForwardConfig, Window};
+use foxhunt_dqn::model::QNetwork;
+use foxhunt_dqn::replay::{NStep, Replay, StepEnd};
+use foxhunt_dqn::{Batch, CpuBackend, DqnAgent, TrainStats, checkpoint};
+use foxhunt_env::backtest::Decision;
+use foxhunt_env::vec_env::{done, mix64};
+use foxhunt_env::{
+    Baseline, ContractSpec, EnvConfig, Execution, MarketData, Policy, VecEnv, backtest,
+};
+use foxhunt_memory::{GpuContext, HostPool, WindowData};
+use serde::{Deserialize, Serialize};
+
+use crate::TrainError;
+use crate::config::{DeviceChoice, TrainConfig};
+use crate::phase::{PhaseClock, PhaseTimes};
+use crate::progress::Bars;
+use crate::report::{
+    self, Curve, EpochSummary, PolicyResult, RunReport, Skipped, WindowReport, WindowStatus,
+    read_json, write_atomic, write_json,
+};
+
+/// What to train on and how.
+pub struct Job<'a> {
+    /// The loaded series and features.
+    pub dataset: &'a Dataset,
+    /// The contract traded.
+    pub spec: &'a ContractSpec,
+    /// The walk-forward plan's settings.
+    pub windows: &'a WalkForwardConfig,
+    /// The training settings.
+    pub cfg: &'a TrainConfig,
+    /// Where the data came from (directory, symbol, ...), recorded with the run's config.
+    pub source: serde_json::Value,
+}
+
+/// How to run a job.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The run directory (reports, checkpoints, state).
+    pub out: PathBuf,
+    /// Continue the run in `out`: finished windows are read back, an unfinished one continues
+    /// from its last saved epoch.
+    pub resume: bool,
+    /// Stop (state written) after this many epochs in this invocation, for time-boxed runs;
+    /// `--resume` continues.
+    pub stop_after_epochs: Option<usize>,
+    /// Progress bars on a terminal.
+    pub progress: bool,
+}
+
+/// The device a run trains on, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// burn NdArray, rayon environments.
+    Cpu,
+    /// burn-cuda.
+    Cuda,
+}
+
+/// Resolves `--device`: `auto` takes the GPU when one can be used and otherwise says why and
+/// takes the CPU; `cuda` without a usable GPU is an error ("no CUDA device found: ...").
+pub fn resolve_device(choice: DeviceChoice) -> Result<Resolved, TrainError> {
+    match choice {
+        DeviceChoice::Cpu => Ok(Resolved::Cpu),
+        DeviceChoice::Cuda => {
+            GpuContext::new(0)?;
+            Ok(Resolved::Cuda)
+        }
+        DeviceChoice::Auto => match GpuContext::new(0) {
+            Ok(_) => Ok(Resolved::Cuda),
+            Err(e) => {
+                tracing::warn!("{e}; training on the CPU");
+                Ok(Resolved::Cpu)
+            }
+        },
+    }
+}
+
+/// Runs the job: every window of the plan, then the aggregate report. Returns the report that
+/// was also written to `out/report.json`.
+pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
+    job.cfg.validate()?;
+    let device = resolve_device(job.cfg.device)?;
+    let plan = foxhunt_data::walkforward::plan(&job.dataset.series.row_days(), job.windows)?;
+    let out = &opts.out;
+    let config = serde_json::json!({
+        "source": job.source,
+        "windows": job.windows,
+        "train": job.cfg,
+        "spec": job.spec,
+    });
+    prepare_run_dir(out, &config, opts.resume)?;
+    let exec = Execution::new(job.spec, job.cfg.costs);
+    let mut pool = HostPool::new();
+    let bars = Bars::new(opts.progress, plan.windows.len(), job.cfg.epochs);
+    let mut budget = opts.stop_after_epochs;
+    let mut reports = Vec::new();
+    let mut phases = Vec::new();
+    let mut curves: Vec<(usize, Vec<Curve>)> = Vec::new();
+    for s in &plan.skipped {
+        tracing::warn!("window {} skipped: {}", s.window.index, s.reason);
+    }
+    for w in &plan.windows {
+        let dir = out.join(format!("windows/window-{:03}", w.index));
+        let done_path = dir.join("report.json");
+        if opts.resume && done_path.exists() {
+            let r: WindowReport = read_json(&done_path)?;
+            phases.extend(read_json::<Vec<PhaseTimes>>(&dir.join("phases.json"))?);
+            if r.status == WindowStatus::Ok {
+                curves.push((w.index, read_json(&dir.join("curves.json"))?));
+            }
+            tracing::info!("window {} already finished: read back", w.index);
+            reports.push(r);
+            bars.window_done();
+            continue;
+        }
+        tracing::info!(
+            "window {}: train {}..{} ({} bars), validation {}..{}, test {}..{}",
+            w.index,
+            w.train.start,
+            w.train.end,
+            w.train.rows.len(),
+            w.val.start,
+            w.val.end,
+            w.test.start,
+            w.test.end
+        );
+        let ctx = WindowCtx {
+            job,
+            w,
+            exec,
+            dir: &dir,
+            resume: opts.resume,
+            bars: &bars,
+        };
+        let outcome = match device {
+            Resolved::Cpu => ctx.train::<CpuBackend>(&Default::default(), &mut pool, &mut budget),
+            #[cfg(feature = "cuda")]
+            Resolved::Cuda => {
+                ctx.train::<foxhunt_dqn::CudaBackend>(&Default::default(), &mut pool, &mut budget)
+            }
+            #[cfg(not(feature = "cuda"))]
+            Resolved::Cuda => unreachable!("resolve_device never picks CUDA without the feature"),
+        };
+        let (report, window_phases) = match outcome.map_err(|f| *f) {
+            Ok(o) => {
+                write_json(&dir.join("curves.json"), &o.curves)?;
+                curves.push((w.index, o.curves));
+                (o.report, o.phases)
+            }
+            Err(WindowFailure {
+                error: error @ TrainError::NonFinite { .. },
+                phases,
+                epochs,
+            }) => {
+                tracing::error!("{error}; going on with the next window");
+                (failed_report(w, error.to_string(), epochs), phases)
+            }
+            Err(WindowFailure {
+                error: TrainError::Stopped { .. },
+                ..
+            }) => {
+                bars.finish();
+                return Err(TrainError::Stopped {
+                    epochs: opts.stop_after_epochs.unwrap_or(0),
+                });
+            }
+            Err(WindowFailure { error, .. }) => {
+                bars.finish();
+                return Err(error);
+            }
+        };
+        write_json(&dir.join("phases.json"), &window_phases)?;
+        // Written last: its presence marks the window finished for --resume.
+        write_json(&done_path, &report)?;
+        phases.extend(window_phases);
+        reports.push(report);
+        bars.window_done();
+    }
+    bars.finish();
+    let report = RunReport {
+        device: match device {
+            Resolved::Cpu => "cpu",
+            Resolved::Cuda => "cuda",
+        }
+        .into(),
+        windows: reports,
+        skipped: plan
+            .skipped
+            .iter()
+            .map(|s| Skipped {
+                index: s.window.index,
+                reason: s.reason.clone(),
+            })
+            .collect(),
+        empty_windows: plan.empty,
+        aggregate: aggregate(&curves, job.cfg.capital),
+        phases,
+        pool: pool.stats(),
+    };
+    write_outputs(out, &report, &curves)?;
+    Ok(report)
+}
+
+/// Creates the run directory, or checks that `--resume` continues the same run. A directory
+/// holding another run is never overwritten.
+fn prepare_run_dir(out: &Path, config: &serde_json::Value, resume: bool) -> Result<(), TrainError> {
+    let path = out.join("config.json");
+    if resume {
+        let saved: serde_json::Value = read_json(&path)?;
+        if &saved != config {
+            return Err(TrainError::Options(format!(
+                "--resume: {} was written for another configuration; differing settings: {}",
+                path.display(),
+                json_diff(&saved, config, "")
+            )));
+        }
+        return Ok(());
+    }
+    if path.exists() {
+        return Err(TrainError::Options(format!(
+            "{} already holds a run; continue it with --resume or choose another --out",
+            out.display()
+        )));
+    }
+    write_json(&path, config)
+}
+
+/// `key: saved -> wanted` for every leaf that differs.
+fn json_diff(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> String {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.iter()
+                .filter_map(|k| {
+                    let (u, v) = (
+                        x.get(*k).unwrap_or(&Value::Null),
+                        y.get(*k).unwrap_or(&Value::Null),
+                    );
+                    (u != v).then(|| {
+                        json_diff(
+                            u,
+                            v,
+                            &format!("{at}{}{k}", if at.is_empty() { "" } else { "." }),
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+        _ => format!("{at}: {a} -> {b}"),
+    }
+}
+
+fn failed_report(w: &Window, error: String, epochs: Vec<EpochSummary>) -> WindowReport {
+    WindowReport {
+        index: w.index,
+        train: w.train.clone(),
+        val: w.val.clone(),
+        test: w.test.clone(),
+        status: WindowStatus::Failed { error },
+        best_epoch: None,
+        validation: None,
+        test_results: Vec::new(),
+        epochs,
+    }
+}
+
+fn aggregate(curves: &[(usize, Vec<Curve>)], capital: f64) -> Vec<PolicyResult> {
+    let Some((_, first)) = curves.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|k| {
+            let parts: Vec<&Curve> = curves.iter().map(|(_, c)| &c[k]).collect();
+            PolicyResult {
+                policy: first[k].policy.clone(),
+                metrics: report::aggregate(&parts, capital),
+            }
+        })
+        .collect()
+}
+
+fn write_outputs(
+    out: &Path,
+    report: &RunReport,
+    curves: &[(usize, Vec<Curve>)],
+) -> Result<(), TrainError> {
+    write_json(&out.join("report.json"), report)?;
+    write_atomic(
+        &out.join("equity.csv"),
+        report::equity_csv(curves).as_bytes(),
+    )?;
+    if let Some((_, first)) = curves.first() {
+        let series: Vec<(&str, Vec<f64>)> = (0..first.len())
+            .map(|k| {
+                let mut off = 0.0;
+                let mut v = Vec::new();
+                for (_, c) in curves {
+                    v.extend(c[k].equity.iter().map(|&(_, e)| off + e));
+                    off += c[k].equity.last().map_or(0.0, |&(_, e)| e);
+                }
+                (first[k].policy.as_str(), v)
+            })
+            .collect();
+        crate::plot::equity_png(
+            &out.join("equity.png"),
+            "OUT-OF-SAMPLE EQUITY (NET OF COSTS)",
+            &series,
+        )?;
+    }
+    write_atomic(&out.join("summary.txt"), report::summary(report).as_bytes())
+}
+
+/// An unfinished window's saved state (`progress.json`), written after the files it names.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Progress {
+    epochs_done: usize,
+    best_epoch: Option<usize>,
+    best_val_pnl: Option<f64>,
+    best_validation: Option<foxhunt_env::Metrics>,
+    epochs: Vec<EpochSummary>,
+    phases: Vec<PhaseTimes>,
+}
+
+fn state_files(dir: &Path, epoch: usize) -> (PathBuf, PathBuf) {
+    (
+        dir.join(format!("epoch-{epoch:03}.ckpt")),
+        dir.join(format!("epoch-{epoch:03}.replay")),
+    )
+}
+
+fn best_file(dir: &Path, epoch: usize) -> PathBuf {
+    dir.join(format!("best-epoch-{epoch:03}.ckpt"))
+}
+
+struct WindowCtx<'a> {
+    job: &'a Job<'a>,
+    w: &'a Window,
+    exec: Execution,
+    dir: &'a Path,
+    resume: bool,
+    bars: &'a Bars,
+}
+
+struct WindowOutcome {
+    report: WindowReport,
+    curves: Vec<Curve>,
+    phases: Vec<PhaseTimes>,
+}
+
+struct WindowFailure {
+    error: TrainError,
+    phases: Vec<PhaseTimes>,
+    epochs: Vec<EpochSummary>,
+}
+
+impl From<TrainError> for Box<WindowFailure> {
+    fn from(error: TrainError) -> Self {
+        Box::new(WindowFailure {
+            error,
+            phases: Vec::new(),
+            epochs: Vec::new(),
+        })
+    }
+}
+
+fn rel(r: &Range<usize>, base: usize) -> Range<usize> {
+    r.start - base..r.end - base
+}
+
+impl WindowCtx<'_> {
+    fn train<B: AutodiffBackend>(
+        &self,
+        device: &B::Device,
+        pool: &mut HostPool,
+        budget: &mut Option<usize>,
+    ) -> Result<WindowOutcome, Box<WindowFailure>> {
+        let (cfg, w) = (self.job.cfg, self.w);
+        let sync = || {
+            // A failed sync surfaces in the next read of a result; timing just ends here.
+            let _ = B::sync(device);
+        };
+        let t_init = Instant::now();
+        std::fs::create_dir_all(self.dir)
+            .map_err(|e| TrainError::file(self.dir, format!("cannot create: {e}")))?;
+        let m = &self.job.dataset.features;
+        let rows = w.train.rows.start..w.test.rows.end;
+        let base = rows.start;
+        let norm = Normalizer::fit(m, w.train.rows.clone());
+        let data = WindowData {
+            market: MarketData::from_features(m, rows, Some(&norm)),
+            exec: self.exec,
+        };
+        let arena = pool.window(&data);
+        drop(data);
+        let (train, val, test) = (
+            rel(&w.train.rows, base),
+            rel(&w.val.rows, base),
+            rel(&w.test.rows, base),
+        );
+        let dqn = cfg.agent_config(m.cols, w.index);
+        let progress_path = self.dir.join("progress.json");
+        let (mut agent, mut replay, mut prog) = if self.resume && progress_path.exists() {
+            let p: Progress = read_json(&progress_path)?;
+            let (ckpt, rpl) = state_files(self.dir, p.epochs_done - 1);
+            let agent = checkpoint::load::<B>(&ckpt, &dqn, device).map_err(TrainError::from)?;
+            let bytes = std::fs::read(&rpl)
+                .map_err(|e| TrainError::file(&rpl, format!("cannot read: {e}")))?;
+            let replay = Replay::from_bytes(&bytes, dqn.replay_capacity, dqn.prioritized)
+                .map_err(TrainError::from)?;
+            tracing::info!(
+                "window {}: resuming after epoch {}",
+                w.index,
+                p.epochs_done - 1
+            );
+            (agent, replay, p)
+        } else {
+            let replay = Replay::new(dqn.replay_capacity, dqn.seed, dqn.prioritized);
+            (
+                DqnAgent::<B>::new(dqn.clone(), device).map_err(TrainError::from)?,
+                replay,
+                Progress::default(),
+            )
+        };
+        let init_ms = t_init.elapsed().as_secs_f64() * 1e3;
+        let first_epoch = prog.epochs_done;
+        self.bars.window_started(w.index, first_epoch);
+        let fail = |error: TrainError, prog: &Progress| {
+            Box::new(WindowFailure {
+                error,
+                phases: prog.phases.clone(),
+                epochs: prog.epochs.clone(),
+            })
+        };
+        for epoch in first_epoch..cfg.epochs {
+            let mut clock = PhaseClock::new(&sync);
+            if epoch == first_epoch {
+                clock.charge(0, init_ms);
+            }
+            let ep = clock.time(0, || arena.epoch(epoch));
+            let market = ep.arena().market();
+            let mut col = Collector::new(
+                market,
+                &self.exec,
+                cfg,
+                train.clone(),
+                epoch_seed(cfg.seed, w.index, epoch),
+                &dqn,
+            )
+            .map_err(|e| fail(e, &prog))?;
+            let mut stats = Vec::new();
+            let mut stat_steps = Vec::new();
+            let learning_starts = cfg.learning_starts.max(dqn.batch_size);
+            for step in 0..cfg.max_steps_per_epoch {
+                clock.time(1, || {
+                    let eps = agent.epsilon();
+                    let actions = choose_actions(
+                        &agent,
+                        &col.obs,
+                        col.dim,
+                        eps,
+                        &ActionSeed {
+                            seed: cfg.seed,
+                            window: w.index,
+                            epoch,
+                            step,
+                        },
+                    );
+                    col.step(&actions, &mut replay);
+                    agent.count_env_steps(cfg.envs as u64);
+                });
+                if replay.len() >= learning_starts {
+                    let s = clock.time(2, || {
+                        let hb = replay.sample(dqn.batch_size, agent.updates());
+                        let s = agent.learn(Batch::from_host(&hb, col.dim, device));
+                        if dqn.prioritized.is_some() {
+                            // Prioritized replay lives on the host here: its new priorities
+                            // are read back every update (uniform replay reads nothing).
+                            let td: Vec<f32> =
+                                s.td_errors.clone().into_data().iter::<f32>().collect();
+                            replay.update_priorities(&hb.slots, &td);
+                        }
+                        s
+                    });
+                    clock.time(3, || agent.sync_target());
+                    stats.push(s);
+                    stat_steps.push(step);
+                }
+            }
+            // The one read of the epoch's statistics, and the check that they are finite.
+            let host = read_stats::<B>(&stats);
+            if let Some(k) = host.iter().position(|s| s.iter().any(|v| !v.is_finite())) {
+                let names = ["loss", "mean Q", "mean |TD error|", "gradient norm"];
+                let what = names[host[k].iter().position(|v| !v.is_finite()).unwrap_or(0)];
+                let last_finite = k
+                    .checked_sub(1)
+                    .map(|j| {
+                        let s = host[j];
+                        format!(
+                            "step {}: loss {} mean Q {} mean |TD| {} grad norm {}",
+                            stat_steps[j], s[0], s[1], s[2], s[3]
+                        )
+                    })
+                    .unwrap_or_else(|| "none in this epoch".into());
+                return Err(fail(
+                    TrainError::NonFinite {
+                        window: w.index,
+                        epoch,
+                        step: stat_steps[k],
+                        what: what.into(),
+                        last_finite,
+                    },
+                    &prog,
+                ));
+            }
+            let val_report = clock
+                .time(4, || -> Result<_, TrainError> {
+                    let mut policy = AgentPolicy::new(&agent.online_net(), &dqn, &cfg.env)?;
+                    let r = backtest(
+                        market,
+                        &self.exec,
+                        &cfg.env,
+                        val.clone(),
+                        cfg.capital,
+                        &mut policy,
+                    )?;
+                    if prog.best_val_pnl.is_none_or(|b| r.metrics.total_pnl > b) {
+                        checkpoint::save(&agent, &best_file(self.dir, epoch))?;
+                        prog.best_val_pnl = Some(r.metrics.total_pnl);
+                        prog.best_epoch = Some(epoch);
+                        prog.best_validation = Some(r.metrics.clone());
+                    }
+                    Ok(r)
+                })
+                .map_err(|e| fail(e, &prog))?;
+            let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, stats.len());
+            if epoch == first_epoch {
+                pt.uploaded_bytes = arena.uploaded_bytes();
+            }
+            tracing::info!("{pt}");
+            let mean = |i: usize| {
+                (!host.is_empty())
+                    .then(|| host.iter().map(|s| s[i]).sum::<f32>() / host.len() as f32)
+            };
+            prog.epochs.push(EpochSummary {
+                epoch,
+                loss: mean(0),
+                mean_q: mean(1),
+                td_abs_mean: mean(2),
+                grad_norm: mean(3),
+                epsilon: agent.epsilon(),
+                val_pnl: val_report.metrics.total_pnl,
+            });
+            prog.phases.push(pt);
+            prog.epochs_done = epoch + 1;
+            self.bars.epoch_done(val_report.metrics.total_pnl);
+            if let Some(b) = budget.as_mut() {
+                *b = b.saturating_sub(1);
+            }
+            let stop = *budget == Some(0) && epoch + 1 < cfg.epochs;
+            let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
+            if stop || (due && epoch + 1 < cfg.epochs) {
+                self.save_progress(&agent, &replay, &prog)
+                    .map_err(|e| fail(e, &prog))?;
+            }
+            if stop {
+                return Err(fail(TrainError::Stopped { epochs: 0 }, &prog));
+            }
+        }
+        // The best epoch's weights, judged once on the test split beside the baselines.
+        let best = prog.best_epoch.expect("at least one epoch ran");
+        let market = arena.market();
+        let tested = (|| -> Result<_, TrainError> {
+            let agent = checkpoint::load::<B>(&best_file(self.dir, best), &dqn, device)?;
+            let mut policy = AgentPolicy::new(&agent.online_net(), &dqn, &cfg.env)?;
+            let mut runs = vec![(
+                "agent".to_owned(),
+                backtest(
+                    market,
+                    &self.exec,
+                    &cfg.env,
+                    test.clone(),
+                    cfg.capital,
+                    &mut policy,
+                )?,
+            )];
+            for b in Baseline::ALL {
+                let r = b.run(
+                    market,
+                    &self.exec,
+                    &cfg.env,
+                    test.clone(),
+                    cfg.capital,
+                    cfg.seed,
+                )?;
+                runs.push((r.policy.clone(), r));
+            }
+            Ok(runs)
+        })()
+        .map_err(|e| fail(e, &prog))?;
+        let report = WindowReport {
+            index: w.index,
+            train: w.train.clone(),
+            val: w.val.clone(),
+            test: w.test.clone(),
+            status: WindowStatus::Ok,
+            best_epoch: Some(best),
+            validation: prog.best_validation.clone(),
+            test_results: tested
+                .iter()
+                .map(|(n, r)| PolicyResult {
+                    policy: n.clone(),
+                    metrics: r.metrics.clone(),
+                })
+                .collect(),
+            epochs: prog.epochs.clone(),
+        };
+        let curves = tested
+            .iter()
+            .map(|(n, r)| Curve::from_backtest(n, r))
+            .collect();
+        // The window is done: its intermediate state is no longer needed.
+        let _ = std::fs::remove_file(&progress_path);
+        remove_best_except(self.dir, Some(best), cfg.epochs);
+        for e in 0..cfg.epochs {
+            let (a, b) = state_files(self.dir, e);
+            let _ = std::fs::remove_file(a);
+            let _ = std::fs::remove_file(b);
+        }
+        Ok(WindowOutcome {
+            report,
+            curves,
+            phases: prog.phases,
+        })
+    }
+
+    /// Agent and replay of the epoch just finished, then `progress.json` naming them; older
+    /// epochs' files are removed only after that.
+    fn save_progress<B: AutodiffBackend>(
+        &self,
+        agent: &DqnAgent<B>,
+        replay: &Replay,
+        prog: &Progress,
+    ) -> Result<(), TrainError> {
+        let epoch = prog.epochs_done - 1;
+        let (ckpt, rpl) = state_files(self.dir, epoch);
+        std::fs::create_dir_all(self.dir).map_err(|e| TrainError::file(self.dir, e))?;
+        checkpoint::save(agent, &ckpt)?;
+        write_atomic(&rpl, &replay.to_bytes())?;
+        write_json(&self.dir.join("progress.json"), prog)?;
+        remove_best_except(self.dir, prog.best_epoch, epoch);
+        for e in 0..epoch {
+            let (a, b) = state_files(self.dir, e);
+            let _ = std::fs::remove_file(a);
+            let _ = std::fs::remove_file(b);
+        }
+        Ok(())
+    }
+}
+
+/// Removes best-epoch checkpoints of epochs `< upto` other than `keep`'s.
+fn remove_best_except(dir: &Path, keep: Option<usize>, upto: usize) {
+    for e in (0..upto).filter(|&e| Some(e) != keep) {
+        let _ = std::fs::remove_file(best_file(dir, e));
+    }
+}
+
+fn epoch_seed(seed: u64, window: usize, epoch: usize) -> u64 {
+    mix64(seed ^ mix64(((window as u64) << 32) | epoch as u64))
+}
+
+/// The N environments of one epoch on the CPU and their n-step accumulators.
+struct Collector<'m> {
+    env: VecEnv<'m>,
+    dim: usize,
+    obs: Vec<f32>,
+    next_obs: Vec<f32>,
+    rewards: Vec<f32>,
+    dones: Vec<u8>,
+    nstep: Vec<NStep>,
+    out: Vec<foxhunt_dqn::replay::Transition>,
+}
+
+impl<'m> Collector<'m> {
+    fn new(
+        market: &'m MarketData,
+        exec: &Execution,
+        cfg: &TrainConfig,
+        split: Range<usize>,
+        seed: u64,
+        dqn: &foxhunt_dqn::DqnConfig,
+    ) -> Result<Self, TrainError> {
+        let n = cfg.envs;
+        let mut env = VecEnv::new(market, *exec, cfg.env.clone(), split, n, seed)?;
+        let dim = env.obs_dim();
+        let mut obs = vec![0f32; n * dim];
+        env.reset(&mut obs);
+        Ok(Self {
+            env,
+            dim,
+            next_obs: obs.clone(),
+            obs,
+            rewards: vec![0.0; n],
+            dones: vec![0; n],
+            nstep: (0..n).map(|_| NStep::new(dqn.n_step, dqn.gamma)).collect(),
+            out: Vec::new(),
+        })
+    }
+
+    /// Steps every environment and writes the completed n-step transitions to `replay`.
+    fn step(&mut self, actions: &[u8], replay: &mut Replay) {
+        self.env.step(
+            actions,
+            &mut self.next_obs,
+            &mut self.rewards,
+            &mut self.dones,
+        );
+        let dim = self.dim;
+        for (i, acc) in self.nstep.iter_mut().enumerate() {
+            let end = match self.dones[i] {
+                done::TERMINAL => StepEnd::Terminal,
+                done::TRUNCATED => StepEnd::Truncated,
+                _ => StepEnd::Running,
+            };
+            acc.push(
+                &self.obs[i * dim..(i + 1) * dim],
+                actions[i],
+                self.rewards[i],
+                &self.next_obs[i * dim..(i + 1) * dim],
+                end,
+                &mut self.out,
+            );
+        }
+        for t in self.out.drain(..) {
+            replay.push(t);
+        }
+        std::mem::swap(&mut self.obs, &mut self.next_obs);
+    }
+}
+
+/// Where an exploration draw comes from: counter-based, so a resumed run draws the same.
+struct ActionSeed {
+    seed: u64,
+    window: usize,
+    epoch: usize,
+    step: usize,
+}
+
+/// Epsilon-greedy actions for every environment: greedy from the online network, replaced with
+/// a uniform action where a draw falls under epsilon.
+fn choose_actions<B: AutodiffBackend>(
+    agent: &DqnAgent<B>,
+    obs: &[f32],
+    dim: usize,
+    epsilon: f64,
+    s: &ActionSeed,
+) -> Vec<u8> {
+    let n = obs.len() / dim;
+    let device = agent.device();
+    let q =
+        agent.q_values(Tensor::<B::InnerBackend, 1>::from_floats(obs, device).reshape([n, dim]));
+    let greedy = q.argmax(1).into_data();
+    let actions = agent.config().actions as u64;
+    let base =
+        mix64(s.seed ^ mix64(((s.window as u64) << 40) ^ ((s.epoch as u64) << 24) ^ s.step as u64));
+    greedy
+        .iter::<i64>()
+        .enumerate()
+        .map(|(i, g)| {
+            let h = mix64(base ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+            let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+            if u < epsilon {
+                (mix64(h) % actions) as u8
+            } else {
+                g as u8
+            }
+        })
+        .collect()
+}
+
+/// Reads the statistics of an epoch's updates in one go: `[loss, mean Q, mean |TD|, grad norm]`
+/// per update.
+fn read_stats<B: AutodiffBackend>(stats: &[TrainStats<B::InnerBackend>]) -> Vec<[f32; 4]> {
+    if stats.is_empty() {
+        return Vec::new();
+    }
+    let col = |f: fn(&TrainStats<B::InnerBackend>) -> Tensor<B::InnerBackend, 1>| -> Vec<f32> {
+        Tensor::cat(stats.iter().map(f).collect(), 0)
+            .into_data()
+            .iter::<f32>()
+            .collect()
+    };
+    let (l, q, td, g) = (
+        col(|s| s.loss.clone()),
+        col(|s| s.mean_q.clone()),
+        col(|s| s.td_abs_mean.clone()),
+        col(|s| s.grad_norm.clone()),
+    );
+    (0..l.len()).map(|i| [l[i], q[i], td[i], g[i]]).collect()
+}
+
+type Cpu = burn::backend::NdArray<f32>;
+
+/// The greedy policy of a trained network, for backtests, evaluated on a CPU copy of the
+/// weights: a backtest decides bar by bar, and a device round trip per bar would dominate.
+struct AgentPolicy {
+    net: QNetwork<Cpu>,
+    env: EnvConfig,
+}
+
+impl AgentPolicy {
+    fn new<B: burn::tensor::backend::Backend>(
+        net: &QNetwork<B>,
+        cfg: &foxhunt_dqn::DqnConfig,
+        env: &EnvConfig,
+    ) -> Result<Self, TrainError> {
+        Ok(Self {
+            net: net.to_backend::<Cpu>(cfg, &Default::default())?,
+            env: env.clone(),
+        })
+    }
+}
+
+impl Policy for AgentPolicy {
+    fn name(&self) -> String {
+        "agent".into()
+    }
+    fn target(&mut self, d: &Decision<'_>) -> i32 {
+        let x = Tensor::<Cpu, 1>::from_floats(d.obs, &Default::default()).reshape([1, d.obs.len()]);
+        let a = self
+            .net
+            .forward(x)
+            .argmax(1)
+            .into_data()
+            .iter::<i64>()
+            .next()
+            .unwrap_or(0);
+        self.env.target(a as u8)
+    }
+}
