@@ -1,0 +1,206 @@
+//! The walk-forward trainer end to end on the bundled ES data, on the CPU: the phase breakdown's
+//! structure (snapshot, times redacted), resume after a stop giving identical results, and a
+//! window whose loss stops being finite failing alone while the run goes on.
+
+use std::path::{Path, PathBuf};
+
+use foxhunt_data::{
+    Adjustment, Dataset, FeatureConfig, LoadOptions, Period, SessionCalendar, SymbolSelector,
+    WalkForwardConfig,
+};
+use foxhunt_env::SpecTable;
+use foxhunt_trainer::report::WindowStatus;
+use foxhunt_trainer::{DeviceChoice, Job, RunOptions, TrainConfig, TrainError};
+
+fn test_data() -> PathBuf {
+    std::env::var_os("FOXHUNT_TEST_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data"))
+}
+
+fn dataset() -> Dataset {
+    Dataset::load(
+        &test_data().join("futures-baseline"),
+        &SymbolSelector::parse("ES.FUT").expect("valid"),
+        &LoadOptions::default(),
+        &SessionCalendar::cme(),
+        Adjustment::Difference,
+        &FeatureConfig::default(),
+    )
+    .expect("bundled data")
+}
+
+/// The profile windows (3/1/1 months, step 3): two windows on the bundled data.
+fn windows() -> WalkForwardConfig {
+    WalkForwardConfig::new(
+        Period::Months(3),
+        Period::Months(1),
+        Period::Months(1),
+        Period::Months(3),
+    )
+}
+
+fn small() -> TrainConfig {
+    let mut c = TrainConfig {
+        epochs: 3,
+        max_steps_per_epoch: 12,
+        envs: 8,
+        learning_starts: 32,
+        device: DeviceChoice::Cpu,
+        seed: 11,
+        ..TrainConfig::default()
+    };
+    c.dqn.hidden = vec![16];
+    c.dqn.batch_size = 16;
+    c.dqn.replay_capacity = 4096;
+    c.dqn.epsilon.steps = 200;
+    c
+}
+
+fn run(
+    cfg: &TrainConfig,
+    out: &Path,
+    resume: bool,
+    stop: Option<usize>,
+) -> Result<foxhunt_trainer::RunReport, TrainError> {
+    let d = dataset();
+    let spec = SpecTable::default().get("ES").expect("ES").clone();
+    let w = windows();
+    foxhunt_trainer::run(
+        &Job {
+            dataset: &d,
+            spec: &spec,
+            windows: &w,
+            cfg,
+            source: serde_json::json!({"data": "futures-baseline"}),
+        },
+        &RunOptions {
+            out: out.to_path_buf(),
+            resume,
+            stop_after_epochs: stop,
+            progress: false,
+        },
+    )
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("foxhunt-trainer-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+/// Replaces every `=number` of a phase line's times with `=[ms]`.
+fn redact(line: &str) -> String {
+    line.split(' ')
+        .map(|part| match part.split_once('=') {
+            Some((k, _)) if foxhunt_trainer::phase::PHASES.contains(&k) || k == "total" => {
+                format!("{k}=[ms]")
+            }
+            _ => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn phase_breakdown_has_one_line_per_epoch_and_init_uploads_only_first() {
+    let out = scratch("phases");
+    let r = run(&small(), &out, false, None).expect("runs");
+    let lines: Vec<String> = r.phases.iter().map(|p| redact(&p.to_string())).collect();
+    insta::assert_snapshot!(lines.join("\n"));
+    // Structure beyond the line: which epochs uploaded window data, and phase sums.
+    let uploads: Vec<(usize, usize, bool)> = r
+        .phases
+        .iter()
+        .map(|p| (p.window, p.epoch, p.uploaded_bytes > 0))
+        .collect();
+    insta::assert_json_snapshot!(uploads);
+    for p in &r.phases {
+        let sum: f64 = p.values().iter().sum();
+        assert!(
+            sum <= p.total + 1e-6,
+            "phases {sum} ms exceed the epoch's {} ms",
+            p.total
+        );
+        assert!(p.updates > 0, "the replay warms up within the first epoch");
+    }
+    // The report on disk carries the same breakdowns, and the files a user reads exist.
+    let on_disk: foxhunt_trainer::RunReport =
+        foxhunt_trainer::report::read_json(&out.join("report.json")).expect("report");
+    assert_eq!(on_disk.phases, r.phases);
+    for f in ["config.json", "equity.csv", "equity.png", "summary.txt"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    assert_eq!(r.aggregate.len(), 5, "agent and four baselines");
+    assert_eq!(r.aggregate[0].policy, "agent");
+    let csv = std::fs::read_to_string(out.join("equity.csv")).expect("csv");
+    assert!(csv.starts_with("time,window,agent,flat,buy-and-hold,random,momentum-30\n"));
+    // The aggregate's bars are the test periods' bars.
+    let test_bars: usize = r.windows.iter().map(|w| w.test.rows.len()).sum();
+    assert_eq!(r.aggregate[0].metrics.bars, test_bars);
+    // A second run into the same directory without --resume is refused: nothing is overwritten.
+    let again = run(&small(), &out, false, None).expect_err("refused");
+    assert!(again.to_string().contains("already holds a run"), "{again}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_stopped_run_resumes_to_identical_results() {
+    let cfg = small();
+    let (full, parts) = (scratch("full"), scratch("parts"));
+    let a = run(&cfg, &full, false, None).expect("uninterrupted run");
+    // Stop inside window 1 (window 0 has 3 epochs), then continue.
+    let stopped = run(&cfg, &parts, false, Some(4)).expect_err("stops");
+    assert!(
+        matches!(stopped, TrainError::Stopped { epochs: 4 }),
+        "{stopped}"
+    );
+    let w0 = parts.join("windows/window-000/report.json");
+    let w0_before = std::fs::read(&w0).expect("window 0 finished before the stop");
+    assert!(parts.join("windows/window-001/progress.json").is_file());
+    let b = run(&cfg, &parts, true, None).expect("resumed run");
+    assert_eq!(
+        std::fs::read(&w0).expect("still there"),
+        w0_before,
+        "window 0 not redone"
+    );
+    assert_eq!(a.windows, b.windows, "per-window results identical");
+    assert_eq!(a.aggregate, b.aggregate, "aggregate identical");
+    // Window 1's first epoch was trained before the stop and its breakdown kept.
+    assert_eq!(b.phases.len(), a.phases.len());
+    // A resume under another configuration is refused, naming what differs.
+    let other = TrainConfig {
+        seed: 12,
+        ..cfg.clone()
+    };
+    let e = run(&other, &parts, true, None).expect_err("other config");
+    assert!(e.to_string().contains("train.seed: 11 -> 12"), "{e}");
+    let _ = std::fs::remove_dir_all(&full);
+    let _ = std::fs::remove_dir_all(&parts);
+}
+
+#[test]
+fn a_non_finite_loss_fails_its_window_and_the_run_goes_on() {
+    let out = scratch("nan");
+    let mut cfg = small();
+    // A learning rate of 1e30 blows the weights up in the first updates.
+    cfg.dqn.lr = 1e30;
+    cfg.dqn.grad_clip = None;
+    let r = run(&cfg, &out, false, None).expect("the run itself completes");
+    assert_eq!(r.windows.len(), 2, "both windows were attempted");
+    for (k, w) in r.windows.iter().enumerate() {
+        let WindowStatus::Failed { error } = &w.status else {
+            panic!("window {k} should have failed: {:?}", w.status);
+        };
+        assert!(
+            error.starts_with(&format!("window {k}, epoch 0, step "))
+                && error.contains("is not finite; last finite statistics: "),
+            "{error}"
+        );
+        assert!(w.test_results.is_empty());
+    }
+    assert!(r.aggregate.is_empty(), "no finished window, no aggregate");
+    let summary = foxhunt_trainer::report::summary(&r);
+    assert!(summary.contains("FAILED: window 1, epoch 0"), "{summary}");
+    let _ = std::fs::remove_dir_all(&out);
+}
