@@ -2,6 +2,7 @@
 
 mod bench;
 mod dbn_out;
+mod profile;
 mod synth;
 mod testdata;
 
@@ -42,6 +43,18 @@ enum Command {
         /// Write a directory of one file per UTC day (Databento's batch split) instead of one file.
         #[arg(long)]
         daily: bool,
+    },
+    /// Run the main job's profile configuration and print the median phase times per epoch.
+    Profile {
+        /// cpu, cuda or auto.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// An earlier target/profile.json to compare with.
+        #[arg(long)]
+        compare: Option<PathBuf>,
+        /// More `foxhunt train` flags (after `--`), laid over the profile configuration.
+        #[arg(last = true)]
+        train: Vec<String>,
     },
     /// Benchmarks.
     Bench {
@@ -118,7 +131,17 @@ fn workspace_root() -> PathBuf {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let root = workspace_root();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_target(false)
+        .with_max_level(tracing::Level::INFO)
+        .init();
     match cli.command {
+        Command::Profile {
+            device,
+            compare,
+            train,
+        } => profile::run(&root, &device, compare.as_deref(), &train),
         Command::Testdata { check } => testdata::run(&root, check),
         Command::Synth {
             out,

@@ -48,6 +48,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Train(_)) {
         tracing_subscriber::fmt()
             .with_writer(|| foxhunt_trainer::progress::LogWriter)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
             .with_target(false)
             .with_max_level(tracing::Level::INFO)
             .init();

@@ -9,9 +9,10 @@ use foxhunt_trainer::report::{RunReport, read_json, summary};
 
 /// Runs `foxhunt train` and prints the summary table.
 pub fn train(args: &TrainArgs) -> Result<()> {
-    let report = args.run()?;
+    let out = args.out_dir()?;
+    let report = args.run(&out)?;
     println!("{}", summary(&report));
-    println!("run directory: {}", args.out.display());
+    println!("run directory: {}", out.display());
     Ok(())
 }
 

@@ -288,9 +288,10 @@ pub struct TrainArgs {
     /// TOML file of settings (see docs/TRAINING.md); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Run directory for reports, checkpoints and state.
-    #[arg(long, default_value = "runs/latest")]
-    pub out: PathBuf,
+    /// Run directory for reports, checkpoints and state [default: runs/run-<UTC time>, a new
+    /// directory each run].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Continue the run in --out where it stopped.
     #[arg(long)]
     pub resume: bool,
@@ -566,9 +567,22 @@ impl TrainArgs {
         Ok(c)
     }
 
-    /// Loads the data, plans the windows and runs the job, writing the run directory. Returns
-    /// the report; the summary table is the caller's to print.
-    pub fn run(&self) -> Result<crate::RunReport> {
+    /// The run directory: --out, or a new `runs/run-<UTC time>`. --resume needs --out.
+    pub fn out_dir(&self) -> Result<PathBuf> {
+        match (&self.out, self.resume) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, true) => bail!("--resume needs --out DIR, the run directory to continue"),
+            (None, false) => Ok(PathBuf::from("runs").join(
+                jiff::Timestamp::now()
+                    .strftime("run-%Y%m%d-%H%M%S")
+                    .to_string(),
+            )),
+        }
+    }
+
+    /// Loads the data, plans the windows and runs the job, writing the run directory `out`.
+    /// Returns the report; the summary table is the caller's to print.
+    pub fn run(&self, out: &std::path::Path) -> Result<crate::RunReport> {
         let cfg = self.train_config()?;
         let windows = self.windows.config()?.ok_or_else(|| {
             TrainError::Options(
@@ -596,7 +610,7 @@ impl TrainArgs {
         crate::run(
             &job,
             &crate::RunOptions {
-                out: self.out.clone(),
+                out: out.to_path_buf(),
                 resume: self.resume,
                 stop_after_epochs: self.stop_after_epochs,
                 progress: !self.no_progress,

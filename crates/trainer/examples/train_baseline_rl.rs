@@ -1,0 +1,31 @@
+//! The main job as a library user writes it: `foxhunt train`'s options, the walk-forward DQN run
+//! on the CPU or GPU, one `phase breakdown` line per epoch, and the summary beside the baselines.
+//!
+//! cargo run --release --example train_baseline_rl -p foxhunt-trainer -- --model dqn \
+//!   --data-dir test_data/futures-baseline --symbol ES.FUT --epochs 5 --max-steps-per-epoch 50 \
+//!   --batch-size 64 --train-months 3 --val-months 1 --test-months 1 --step-months 3
+
+use clap::Parser;
+use foxhunt_trainer::args::TrainArgs;
+
+#[derive(Parser)]
+#[command(about = "Walk-forward DQN baseline on futures minute bars")]
+struct Cli {
+    #[command(flatten)]
+    train: TrainArgs,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(|| foxhunt_trainer::progress::LogWriter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .with_target(false)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+    let cli = Cli::parse();
+    let out = cli.train.out_dir()?;
+    let report = cli.train.run(&out)?;
+    println!("{}", foxhunt_trainer::report::summary(&report));
+    println!("run directory: {}", out.display());
+    Ok(())
+}
