@@ -263,42 +263,136 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
 /// from host clocks around K steps with a stream synchronize at both ends.
 #[cfg(feature = "cuda")]
 pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
-    use foxhunt_memory::{GpuContext, GpuVecEnv};
+    use foxhunt_memory::{DevicePool, DeviceReplay, GpuContext, GpuVecEnv, SampleSpec, WindowData};
     let (m, cfg, exec) = bench_market(root)?;
     let dim = cfg.obs_dim(m.cols);
     let ctx = GpuContext::new(0)?;
-    let mut env = GpuVecEnv::new(&ctx, &m, exec, cfg, 0..m.rows, envs, 7)?;
-    env.reset()?;
+    let stream = ctx.stream().clone();
+    println!(
+        "bench gpu-env: {} on device 0, bundled ES data ({} rows x {} features), {envs} environments x {steps} steps, obs {dim} floats, {reps} repetitions",
+        ctx.arch(),
+        m.rows,
+        m.cols
+    );
+    // Window upload: the arena built from the window's data (one copy per window), first into
+    // fresh buffers, then into the pool's reused ones; beside a plain 256 MiB pageable copy as
+    // the host-to-device reference rate.
+    let data = WindowData {
+        market: m.clone(),
+        exec,
+    };
+    let mut pool = DevicePool::new(&ctx);
+    let (mut fresh, mut reused) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for rep in 0..=reps {
+        stream.synchronize()?;
+        let t0 = Instant::now();
+        let arena = pool.window(&data)?;
+        stream.synchronize()?;
+        let s = t0.elapsed().as_secs_f64();
+        bytes = arena.uploaded_bytes();
+        if rep == 0 {
+            fresh.push(bytes as f64 / s / 1e9);
+        } else {
+            reused.push(bytes as f64 / s / 1e9);
+        }
+    }
+    let big = vec![1u8; 256 << 20];
+    let mut reference = Vec::new();
+    for _ in 0..reps.max(3) {
+        stream.synchronize()?;
+        let t0 = Instant::now();
+        let d = stream.clone_htod(&big)?;
+        stream.synchronize()?;
+        reference.push(big.len() as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        drop(d);
+    }
+    let (ref_median, _) = summarize(&mut reference);
+    let (reuse_median, _) = summarize(&mut reused);
+    println!(
+        "window upload: {:.1} MB; first (cudaMalloc + copy) {:.2} GB/s; reused buffers median {:.2} GB/s; reference 256 MiB pageable host-to-device copy median {:.2} GB/s; pool {:?}",
+        bytes as f64 / 1e6,
+        fresh[0],
+        reuse_median,
+        ref_median,
+        pool.stats()
+    );
+    let arena = pool.window(&data)?;
     let actions: Vec<u8> = (0..envs as u64)
         .map(|i| (foxhunt_env::vec_env::mix64(i) % 3) as u8)
         .collect();
+    // Stepping without and with replay writes, alternated in one run.
+    let cap_rows = 64;
+    let mut replay = DeviceReplay::new(&ctx, envs, cap_rows)?;
+    let mut env = GpuVecEnv::new(&arena, cfg.clone(), 0..m.rows, envs, 7)?;
+    env.reset()?;
     let actions = env.upload_actions(&actions)?;
-    let mut per_s = Vec::new();
+    let (mut plain, mut record) = (Vec::new(), Vec::new());
     for rep in 0..=reps {
-        env.synchronize()?;
-        let t0 = Instant::now();
-        for _ in 0..steps {
-            env.step(&actions)?;
-        }
-        env.synchronize()?;
-        if rep > 0 {
-            per_s.push((envs * steps) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        for recording in [false, true] {
+            env.synchronize()?;
+            let t0 = Instant::now();
+            for _ in 0..steps {
+                if recording {
+                    env.step_record(&actions, &mut replay)?;
+                } else {
+                    env.step(&actions)?;
+                }
+            }
+            env.synchronize()?;
+            let rate = (envs * steps) as f64 / t0.elapsed().as_secs_f64() / 1e9;
+            if rep > 0 {
+                if recording {
+                    record.push(rate)
+                } else {
+                    plain.push(rate)
+                }
+            }
         }
     }
-    let (median, _) = summarize(&mut per_s);
-    let best = per_s.last().copied().unwrap_or(0.0);
+    let (p_med, _) = summarize(&mut plain);
+    let (r_med, _) = summarize(&mut record);
     // A rough count of device-memory traffic per env-step, ignoring caches: state read and
     // written (t, position, entry, steps, episode: 24 bytes each way), action read (1),
     // reward and done written (5), observation written (dim floats), the observation's feature
-    // rows read (lookback x cols floats), and open/close/session/contract of bars t and t+1.
-    let bytes = 24 * 2 + 1 + 5 + dim * 4 + 2 * m.cols * 4 + 2 * (8 + 8 + 4 + 4);
+    // rows read (lookback x cols floats), and open/close/session/contract of bars t and t+1;
+    // with replay writes, 22 more (t 4, position 4, entry 8, action 1, reward 4, done 1).
+    let step_bytes = 24 * 2 + 1 + 5 + dim * 4 + cfg.lookback * m.cols * 4 + 2 * (8 + 8 + 4 + 4);
+    let rec_bytes = step_bytes + 22;
     println!(
-        "bench gpu-env: {} on device 0, {envs} environments x {steps} steps, obs {dim} floats, {reps} repetitions",
-        ctx.arch()
+        "env-steps/s without replay writes: median {p_med:.2} G (about {step_bytes} B/step, {:.0} GB/s)",
+        p_med * step_bytes as f64
     );
     println!(
-        "env-steps/s: median {median:.2} G, best {best:.2} G (about {bytes} bytes of device memory traffic per env-step, {:.0} GB/s at the median)",
-        median * bytes as f64
+        "env-steps/s with replay writes:    median {r_med:.2} G (about {rec_bytes} B/step, {:.0} GB/s); ring {cap_rows} rows x {envs} environments",
+        r_med * rec_bytes as f64
     );
+    // Sampling a batch on the device from the full ring.
+    let spec = SampleSpec {
+        arena: &arena,
+        env: &cfg,
+        n_step: 3,
+        gamma: 0.99,
+        seed: 1,
+    };
+    for batch in [64usize, 1024] {
+        let mut out = replay.batch_buffers(batch, dim)?;
+        let mut us = Vec::new();
+        for rep in 0..=reps {
+            env.synchronize()?;
+            let t0 = Instant::now();
+            for _ in 0..100 {
+                replay.sample(&spec, &mut out)?;
+            }
+            env.synchronize()?;
+            if rep > 0 {
+                us.push(t0.elapsed().as_secs_f64() * 1e6 / 100.0);
+            }
+        }
+        let (med, _) = summarize(&mut us);
+        println!(
+            "replay sample on the device, batch {batch}, 3-step returns: median {med:.1} us per batch (eager launches, synchronized per 100)"
+        );
+    }
     Ok(())
 }

@@ -67,12 +67,23 @@ pub struct PoolStats {
 }
 
 /// Free buffers by element type, each reused by any later request it is large enough for.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FreeLists<F32, F64, U32, I64> {
     pub f32: Vec<F32>,
     pub f64: Vec<F64>,
     pub u32: Vec<U32>,
     pub i64: Vec<I64>,
+}
+
+impl<A, B, C, D> Default for FreeLists<A, B, C, D> {
+    fn default() -> Self {
+        Self {
+            f32: Vec::new(),
+            f64: Vec::new(),
+            u32: Vec::new(),
+            i64: Vec::new(),
+        }
+    }
 }
 
 /// Takes the smallest free buffer of at least `len` elements (capacity by `cap`), if any.
@@ -225,6 +236,9 @@ pub struct Epoch<'a, A> {
 }
 
 impl<'a, A> Epoch<'a, A> {
+    pub(crate) fn new(arena: &'a A, index: usize) -> Self {
+        Self { arena, index }
+    }
     /// The arena lent.
     pub fn arena(&self) -> &'a A {
         self.arena

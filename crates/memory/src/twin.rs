@@ -1,7 +1,5 @@
 //! The build without CUDA: the same types, whose constructors say why there is no GPU.
 
-use foxhunt_env::{EnvConfig, Execution, MarketData};
-
 use crate::MemoryError;
 
 fn no_cuda() -> MemoryError {
@@ -25,16 +23,29 @@ pub struct GpuVecEnv {
     _private: (),
 }
 
-impl GpuVecEnv {
+/// The device window pool (unavailable in this build).
+pub struct DevicePool {
+    _private: (),
+}
+
+impl DevicePool {
+    /// Never reached in this build: no [`GpuContext`] can be made.
+    pub fn try_new(_ctx: &std::sync::Arc<GpuContext>) -> Result<Self, MemoryError> {
+        Err(no_cuda())
+    }
+}
+
+/// The device replay ring (unavailable in this build).
+pub struct DeviceReplay {
+    _private: (),
+}
+
+impl DeviceReplay {
     /// Always [`MemoryError::NoCuda`] in this build.
     pub fn new(
         _ctx: &std::sync::Arc<GpuContext>,
-        _market: &MarketData,
-        _exec: Execution,
-        _cfg: EnvConfig,
-        _split: std::ops::Range<usize>,
-        _n: usize,
-        _seed: u64,
+        _n_env: usize,
+        _cap_rows: usize,
     ) -> Result<Self, MemoryError> {
         Err(no_cuda())
     }
