@@ -90,22 +90,152 @@ pub fn dueling<B: Backend>(value: Tensor<B, 2>, advantage: Tensor<B, 2>) -> Tens
     value + advantage - mean
 }
 
+/// A dense layer on the host: `weight` row-major `[d_in, d_out]` as burn stores it.
+#[derive(Debug, Clone)]
+struct HostLinear {
+    weight: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    d_in: usize,
+    d_out: usize,
+}
+
+impl HostLinear {
+    fn from_burn<B: Backend>(l: &Linear<B>) -> Self {
+        let w = l.weight.val();
+        let [d_in, d_out] = w.dims();
+        Self {
+            weight: w.into_data().iter::<f32>().collect(),
+            bias: l
+                .bias
+                .as_ref()
+                .map(|b| b.val().into_data().iter::<f32>().collect()),
+            d_in,
+            d_out,
+        }
+    }
+    fn forward(&self, x: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        match &self.bias {
+            Some(b) => out.extend_from_slice(b),
+            None => out.resize(self.d_out, 0.0),
+        }
+        // Row by row of the weight: contiguous, so the inner loop vectorizes.
+        for (i, &xi) in x.iter().enumerate().take(self.d_in) {
+            let row = &self.weight[i * self.d_out..(i + 1) * self.d_out];
+            for (o, w) in out.iter_mut().zip(row) {
+                *o += xi * w;
+            }
+        }
+    }
+}
+
+/// The Q-network's forward pass on the host for one observation at a time, from a snapshot of
+/// the weights: no tensor allocation or dispatch per call, for backtests that decide bar by bar.
+/// Agrees with [`QNetwork::forward`] to f32 rounding (summation order differs).
+#[derive(Debug, Clone)]
+pub struct HostQNetwork {
+    hidden: Vec<HostLinear>,
+    norms: Vec<(Vec<f32>, Option<Vec<f32>>)>,
+    head: HostLinear,
+    value: Option<HostLinear>,
+    activation: Activation,
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+/// erf to about 1.2e-7 (Numerical Recipes' erfc by Chebyshev fit), for GELU on the host.
+fn erf(x: f32) -> f32 {
+    let z = f64::from(x.abs());
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let erfc = t * poly.exp();
+    let v = (1.0 - erfc) as f32;
+    if x >= 0.0 { v } else { -v }
+}
+
+impl HostQNetwork {
+    /// Q-values of one observation `[obs_dim]` into `q` `[actions]`.
+    pub fn forward(&mut self, obs: &[f32], q: &mut [f32]) {
+        let (mut a, mut b) = (std::mem::take(&mut self.a), std::mem::take(&mut self.b));
+        a.clear();
+        a.extend_from_slice(obs);
+        for (i, layer) in self.hidden.iter().enumerate() {
+            layer.forward(&a, &mut b);
+            if let Some((gamma, beta)) = self.norms.get(i) {
+                let n = b.len() as f32;
+                let mean = b.iter().sum::<f32>() / n;
+                let var = b.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                let inv = 1.0 / (var + 1e-5).sqrt();
+                for (k, v) in b.iter_mut().enumerate() {
+                    *v = (*v - mean) * inv * gamma[k] + beta.as_ref().map_or(0.0, |bt| bt[k]);
+                }
+            }
+            for v in b.iter_mut() {
+                *v = match self.activation {
+                    Activation::Relu => v.max(0.0),
+                    Activation::Tanh => v.tanh(),
+                    Activation::Gelu => 0.5 * *v * (1.0 + erf(*v / std::f32::consts::SQRT_2)),
+                };
+            }
+            std::mem::swap(&mut a, &mut b);
+        }
+        self.head.forward(&a, &mut b);
+        if let Some(v) = &self.value {
+            let mut val = Vec::with_capacity(1);
+            v.forward(&a, &mut val);
+            let mean = b.iter().sum::<f32>() / b.len() as f32;
+            for (o, adv) in q.iter_mut().zip(&b) {
+                *o = val[0] + adv - mean;
+            }
+        } else {
+            q.copy_from_slice(&b[..q.len()]);
+        }
+        (self.a, self.b) = (a, b);
+    }
+
+    /// The greedy action of one observation (the first of equal maxima).
+    pub fn greedy(&mut self, obs: &[f32]) -> usize {
+        let mut q = vec![0f32; self.head.d_out];
+        self.forward(obs, &mut q);
+        let mut best = 0;
+        for (k, v) in q.iter().enumerate() {
+            if *v > q[best] {
+                best = k;
+            }
+        }
+        best
+    }
+}
+
 impl<B: Backend> QNetwork<B> {
-    /// The same weights on another backend (through burn's full-precision record), e.g. a copy
-    /// on the CPU of a network trained on the GPU, for evaluation bar by bar where a device
-    /// round trip per bar would dominate.
-    pub fn to_backend<B2: Backend>(
-        &self,
-        cfg: &DqnConfig,
-        device: &B2::Device,
-    ) -> Result<QNetwork<B2>, crate::DqnError> {
-        use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
-        let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
-        let err = |e: burn::record::RecorderError| {
-            crate::DqnError::Config(format!("copying the network between backends: {e}"))
-        };
-        let bytes = Recorder::<B>::record(&rec, self.clone().into_record(), ()).map_err(err)?;
-        let record = Recorder::<B2>::load(&rec, bytes, device).map_err(err)?;
-        Ok(QNetwork::<B2>::init(cfg, device).load_record(record))
+    /// A host snapshot of the weights for one-observation forwards (see [`HostQNetwork`]).
+    pub fn to_host(&self) -> HostQNetwork {
+        HostQNetwork {
+            hidden: self.hidden.iter().map(HostLinear::from_burn).collect(),
+            norms: self
+                .norms
+                .iter()
+                .map(|n| {
+                    (
+                        n.gamma.val().into_data().iter::<f32>().collect(),
+                        n.beta
+                            .as_ref()
+                            .map(|b| b.val().into_data().iter::<f32>().collect()),
+                    )
+                })
+                .collect(),
+            head: HostLinear::from_burn(&self.head),
+            value: self.value.as_ref().map(HostLinear::from_burn),
+            activation: self.activation,
+            a: Vec::new(),
+            b: Vec::new(),
+        }
     }
 }

@@ -520,3 +520,44 @@ fn param_values<Bk: Backend>(net: &QNetwork<Bk>) -> Vec<f32> {
     net.visit(&mut all);
     all.0
 }
+
+#[test]
+fn the_host_forward_agrees_with_burn_for_every_architecture() {
+    use foxhunt_dqn::config::Activation;
+    for (activation, layer_norm, dueling) in [
+        (Activation::Relu, false, false),
+        (Activation::Tanh, true, false),
+        (Activation::Gelu, false, true),
+        (Activation::Relu, true, true),
+    ] {
+        let cfg = DqnConfig {
+            obs_dim: 9,
+            actions: 5,
+            hidden: vec![32, 16],
+            activation,
+            layer_norm,
+            dueling,
+            seed: 4,
+            ..DqnConfig::default()
+        };
+        let agent = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("agent");
+        let mut host = agent.online_net().to_host();
+        let mut worst = 0f32;
+        for k in 0..64 {
+            let obs: Vec<f32> = (0..9)
+                .map(|i| ((k * 9 + i) as f32 * 0.37).sin() * 3.0)
+                .collect();
+            let want = q_of(&agent, obs.clone(), 9);
+            let mut got = vec![0f32; 5];
+            host.forward(&obs, &mut got);
+            let scale = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+            for (a, b) in want.iter().zip(&got) {
+                worst = worst.max((a - b).abs() / scale);
+            }
+        }
+        assert!(
+            worst < 1e-5,
+            "{activation:?} layer_norm={layer_norm} dueling={dueling}: worst relative difference {worst:e}"
+        );
+    }
+}

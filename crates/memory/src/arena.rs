@@ -195,7 +195,7 @@ impl HostArena<'_> {
     }
     /// Lends the window's data to epoch `index`. Nothing is copied.
     pub fn epoch(&self, index: usize) -> Epoch<'_, Self> {
-        Epoch { arena: self, index }
+        Epoch::new(self, index)
     }
     /// The pool's bookkeeping (the arena holds the pool while it lives).
     pub fn pool_stats(&self) -> PoolStats {

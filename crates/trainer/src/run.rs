@@ -529,7 +529,7 @@ impl WindowCtx<'_> {
             }
             let val_report = clock
                 .time(4, || -> Result<_, TrainError> {
-                    let mut policy = AgentPolicy::new(&agent.online_net(), &dqn, &cfg.env)?;
+                    let mut policy = AgentPolicy::new(&agent.online_net(), &cfg.env)?;
                     let r = backtest(
                         market,
                         &self.exec,
@@ -586,7 +586,7 @@ impl WindowCtx<'_> {
         let market = arena.market();
         let tested = (|| -> Result<_, TrainError> {
             let agent = checkpoint::load::<B>(&best_file(self.dir, best), &dqn, device)?;
-            let mut policy = AgentPolicy::new(&agent.online_net(), &dqn, &cfg.env)?;
+            let mut policy = AgentPolicy::new(&agent.online_net(), &cfg.env)?;
             let mut runs = vec![(
                 "agent".to_owned(),
                 backtest(
@@ -813,23 +813,21 @@ fn read_stats<B: AutodiffBackend>(stats: &[TrainStats<B::InnerBackend>]) -> Vec<
     (0..l.len()).map(|i| [l[i], q[i], td[i], g[i]]).collect()
 }
 
-type Cpu = burn::backend::NdArray<f32>;
-
-/// The greedy policy of a trained network, for backtests, evaluated on a CPU copy of the
-/// weights: a backtest decides bar by bar, and a device round trip per bar would dominate.
+/// The greedy policy of a trained network, for backtests, on a host snapshot of the weights: a
+/// backtest decides bar by bar, and neither a device round trip nor a tensor dispatch per bar
+/// is worth paying.
 struct AgentPolicy {
-    net: QNetwork<Cpu>,
+    net: foxhunt_dqn::model::HostQNetwork,
     env: EnvConfig,
 }
 
 impl AgentPolicy {
     fn new<B: burn::tensor::backend::Backend>(
         net: &QNetwork<B>,
-        cfg: &foxhunt_dqn::DqnConfig,
         env: &EnvConfig,
     ) -> Result<Self, TrainError> {
         Ok(Self {
-            net: net.to_backend::<Cpu>(cfg, &Default::default())?,
+            net: net.to_host(),
             env: env.clone(),
         })
     }
@@ -840,15 +838,6 @@ impl Policy for AgentPolicy {
         "agent".into()
     }
     fn target(&mut self, d: &Decision<'_>) -> i32 {
-        let x = Tensor::<Cpu, 1>::from_floats(d.obs, &Default::default()).reshape([1, d.obs.len()]);
-        let a = self
-            .net
-            .forward(x)
-            .argmax(1)
-            .into_data()
-            .iter::<i64>()
-            .next()
-            .unwrap_or(0);
-        self.env.target(a as u8)
+        self.env.target(self.net.greedy(d.obs) as u8)
     }
 }
