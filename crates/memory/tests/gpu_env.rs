@@ -277,7 +277,9 @@ fn the_step_kernel_writes_the_replay_ring_and_sampling_on_the_device_matches_the
     cpu.reset(&mut obs);
     gpu.reset().expect("reset");
     // The CPU reference's rows: state before the step, action, reward, done.
-    let mut rows: Vec<(Vec<u32>, Vec<i32>, Vec<f64>, Vec<u8>, Vec<f32>, Vec<u8>)> = Vec::new();
+    // (bars, positions, entries, actions, rewards, done codes) of every environment, per step.
+    type Row = (Vec<u32>, Vec<i32>, Vec<f64>, Vec<u8>, Vec<f32>, Vec<u8>);
+    let mut rows: Vec<Row> = Vec::new();
     for step in 0..steps {
         let actions: Vec<u8> = (0..n).map(|i| ((i * 7 + step * 3) % 3) as u8).collect();
         let before = (

@@ -10,6 +10,8 @@
 pub mod args;
 pub mod config;
 mod error;
+#[cfg(feature = "cuda")]
+mod gpu_collect;
 pub mod phase;
 mod plot;
 pub mod progress;

@@ -102,6 +102,17 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     prepare_run_dir(out, &config, opts.resume)?;
     let exec = Execution::new(job.spec, job.cfg.costs);
     let mut pool = HostPool::new();
+    // On the GPU, experience is collected on the device unless prioritized replay is asked for
+    // (its sum tree lives on the host).
+    #[cfg(feature = "cuda")]
+    let mut gpu_run = match device {
+        Resolved::Cuda if job.cfg.dqn.prioritized.is_none() => {
+            Some(crate::gpu_collect::GpuRun::new()?)
+        }
+        _ => None,
+    };
+    #[cfg(not(feature = "cuda"))]
+    let mut gpu_run: Option<std::convert::Infallible> = None;
     let bars = Bars::new(opts.progress, plan.windows.len(), job.cfg.epochs);
     let mut budget = opts.stop_after_epochs;
     let mut reports = Vec::new();
@@ -144,11 +155,19 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             bars: &bars,
         };
         let outcome = match device {
-            Resolved::Cpu => ctx.train::<CpuBackend>(&Default::default(), &mut pool, &mut budget),
+            Resolved::Cpu => ctx.train::<CpuBackend>(
+                &Default::default(),
+                &mut pool,
+                gpu_run.as_mut(),
+                &mut budget,
+            ),
             #[cfg(feature = "cuda")]
-            Resolved::Cuda => {
-                ctx.train::<foxhunt_dqn::CudaBackend>(&Default::default(), &mut pool, &mut budget)
-            }
+            Resolved::Cuda => ctx.train::<foxhunt_dqn::CudaBackend>(
+                &Default::default(),
+                &mut pool,
+                gpu_run.as_mut(),
+                &mut budget,
+            ),
             #[cfg(not(feature = "cuda"))]
             Resolved::Cuda => unreachable!("resolve_device never picks CUDA without the feature"),
         };
@@ -387,6 +406,7 @@ impl WindowCtx<'_> {
         &self,
         device: &B::Device,
         pool: &mut HostPool,
+        gpu: Option<&mut GpuRunType>,
         budget: &mut Option<usize>,
     ) -> Result<WindowOutcome, Box<WindowFailure>> {
         let (cfg, w) = (self.job.cfg, self.w);
@@ -406,22 +426,37 @@ impl WindowCtx<'_> {
             exec: self.exec,
         };
         let arena = pool.window(&data);
+        let dqn = cfg.agent_config(m.cols, w.index);
+        #[cfg(feature = "cuda")]
+        let mut gpu_win = match gpu {
+            Some(r) => Some(crate::gpu_collect::GpuWindow::new(
+                r, &data, cfg.envs, &dqn,
+            )?),
+            None => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let gpu_win: Option<std::convert::Infallible> = gpu.map(|g| match *g {});
+        let uploaded = arena.uploaded_bytes();
         drop(data);
         let (train, val, test) = (
             rel(&w.train.rows, base),
             rel(&w.val.rows, base),
             rel(&w.test.rows, base),
         );
-        let dqn = cfg.agent_config(m.cols, w.index);
         let progress_path = self.dir.join("progress.json");
         let (mut agent, mut replay, mut prog) = if self.resume && progress_path.exists() {
             let p: Progress = read_json(&progress_path)?;
             let (ckpt, rpl) = state_files(self.dir, p.epochs_done - 1);
             let agent = checkpoint::load::<B>(&ckpt, &dqn, device).map_err(TrainError::from)?;
-            let bytes = std::fs::read(&rpl)
-                .map_err(|e| TrainError::file(&rpl, format!("cannot read: {e}")))?;
-            let replay = Replay::from_bytes(&bytes, dqn.replay_capacity, dqn.prioritized)
-                .map_err(TrainError::from)?;
+            // The device replay ring is not saved: a GPU run resumes with an empty ring.
+            let replay = if gpu_win.is_some() {
+                Replay::new(1, dqn.seed, None)
+            } else {
+                let bytes = std::fs::read(&rpl)
+                    .map_err(|e| TrainError::file(&rpl, format!("cannot read: {e}")))?;
+                Replay::from_bytes(&bytes, dqn.replay_capacity, dqn.prioritized)
+                    .map_err(TrainError::from)?
+            };
             tracing::info!(
                 "window {}: resuming after epoch {}",
                 w.index,
@@ -429,7 +464,13 @@ impl WindowCtx<'_> {
             );
             (agent, replay, p)
         } else {
-            let replay = Replay::new(dqn.replay_capacity, dqn.seed, dqn.prioritized);
+            // On the device path the host replay is unused (the ring holds the transitions).
+            let capacity = if gpu_win.is_some() {
+                1
+            } else {
+                dqn.replay_capacity
+            };
+            let replay = Replay::new(capacity, dqn.seed, dqn.prioritized);
             (
                 DqnAgent::<B>::new(dqn.clone(), device).map_err(TrainError::from)?,
                 replay,
@@ -453,54 +494,99 @@ impl WindowCtx<'_> {
             }
             let ep = clock.time(0, || arena.epoch(epoch));
             let market = ep.arena().market();
-            let mut col = Collector::new(
-                market,
-                &self.exec,
-                cfg,
-                train.clone(),
-                epoch_seed(cfg.seed, w.index, epoch),
-                &dqn,
-            )
-            .map_err(|e| fail(e, &prog))?;
+            let seed = epoch_seed(cfg.seed, w.index, epoch);
+            #[cfg(feature = "cuda")]
+            let (mut envs, mut device_side) = match gpu_win.as_mut() {
+                Some(g) => (
+                    Envs::Gpu(
+                        crate::gpu_collect::GpuEnvs::new(
+                            &g.arena,
+                            &cfg.env,
+                            train.clone(),
+                            cfg.envs,
+                            seed,
+                        )
+                        .map_err(|e| fail(e, &prog))?,
+                    ),
+                    Some((&g.arena, &mut g.ring, &mut g.sampler)),
+                ),
+                None => (
+                    Envs::Host(
+                        Collector::new(market, &self.exec, cfg, train.clone(), seed, &dqn)
+                            .map_err(|e| fail(e, &prog))?,
+                    ),
+                    None,
+                ),
+            };
+            #[cfg(not(feature = "cuda"))]
+            let mut envs = Envs::Host(
+                Collector::new(market, &self.exec, cfg, train.clone(), seed, &dqn)
+                    .map_err(|e| fail(e, &prog))?,
+            );
+            let dim = cfg.env.obs_dim(m.cols);
             let mut stats = Vec::new();
             let mut stat_steps = Vec::new();
             let learning_starts = cfg.learning_starts.max(dqn.batch_size);
             for step in 0..cfg.max_steps_per_epoch {
-                clock.time(1, || {
-                    let eps = agent.epsilon();
-                    let actions = choose_actions(
-                        &agent,
-                        &col.obs,
-                        col.dim,
-                        eps,
-                        &ActionSeed {
+                clock
+                    .time(1, || -> Result<(), TrainError> {
+                        let eps = agent.epsilon();
+                        let seed = ActionSeed {
                             seed: cfg.seed,
                             window: w.index,
                             epoch,
                             step,
-                        },
-                    );
-                    col.step(&actions, &mut replay);
-                    agent.count_env_steps(cfg.envs as u64);
-                });
-                if replay.len() >= learning_starts {
-                    let s = clock.time(2, || {
-                        let hb = replay.sample(dqn.batch_size, agent.updates());
-                        let s = agent.learn(Batch::from_host(&hb, col.dim, device));
-                        if dqn.prioritized.is_some() {
-                            // Prioritized replay lives on the host here: its new priorities
-                            // are read back every update (uniform replay reads nothing).
-                            let td: Vec<f32> =
-                                s.td_errors.clone().into_data().iter::<f32>().collect();
-                            replay.update_priorities(&hb.slots, &td);
+                        };
+                        match &mut envs {
+                            Envs::Host(col) => {
+                                let actions = choose_actions(&agent, &col.obs, dim, eps, &seed);
+                                col.step(&actions, &mut replay);
+                            }
+                            #[cfg(feature = "cuda")]
+                            Envs::Gpu(g) => {
+                                let actions = choose_actions(&agent, &g.obs, dim, eps, &seed);
+                                let (_, ring, _) =
+                                    device_side.as_mut().expect("device side with GPU envs");
+                                g.step(&actions, ring)?;
+                            }
                         }
-                        s
-                    });
+                        agent.count_env_steps(cfg.envs as u64);
+                        Ok(())
+                    })
+                    .map_err(|e| fail(e, &prog))?;
+                #[cfg(feature = "cuda")]
+                let available = match &device_side {
+                    Some((_, ring, sampler)) => sampler.transitions(ring, cfg.envs),
+                    None => replay.len(),
+                };
+                #[cfg(not(feature = "cuda"))]
+                let available = replay.len();
+                if available >= learning_starts {
+                    let s = clock
+                        .time(2, || -> Result<_, TrainError> {
+                            #[cfg(feature = "cuda")]
+                            if let Some((arena, ring, sampler)) = device_side.as_mut() {
+                                let hb = sampler.sample(arena, ring, &cfg.env)?;
+                                return Ok(agent.learn(Batch::from_host(&hb, dim, device)));
+                            }
+                            let hb = replay.sample(dqn.batch_size, agent.updates());
+                            let s = agent.learn(Batch::from_host(&hb, dim, device));
+                            if dqn.prioritized.is_some() {
+                                // Prioritized replay lives on the host: its new priorities are
+                                // read back every update (uniform replay reads nothing).
+                                let td: Vec<f32> =
+                                    s.td_errors.clone().into_data().iter::<f32>().collect();
+                                replay.update_priorities(&hb.slots, &td);
+                            }
+                            Ok(s)
+                        })
+                        .map_err(|e| fail(e, &prog))?;
                     clock.time(3, || agent.sync_target());
                     stats.push(s);
                     stat_steps.push(step);
                 }
             }
+            drop(envs);
             // The one read of the epoch's statistics, and the check that they are finite.
             let host = read_stats::<B>(&stats);
             if let Some(k) = host.iter().position(|s| s.iter().any(|v| !v.is_finite())) {
@@ -549,7 +635,11 @@ impl WindowCtx<'_> {
                 .map_err(|e| fail(e, &prog))?;
             let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, stats.len());
             if epoch == first_epoch {
-                pt.uploaded_bytes = arena.uploaded_bytes();
+                pt.uploaded_bytes = uploaded;
+                #[cfg(feature = "cuda")]
+                if let Some(g) = &gpu_win {
+                    pt.uploaded_bytes += g.arena.uploaded_bytes();
+                }
             }
             tracing::info!("{pt}");
             let mean = |i: usize| {
@@ -574,7 +664,7 @@ impl WindowCtx<'_> {
             let stop = *budget == Some(0) && epoch + 1 < cfg.epochs;
             let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
             if stop || (due && epoch + 1 < cfg.epochs) {
-                self.save_progress(&agent, &replay, &prog)
+                self.save_progress(&agent, gpu_win.is_none().then_some(&replay), &prog)
                     .map_err(|e| fail(e, &prog))?;
             }
             if stop {
@@ -653,14 +743,16 @@ impl WindowCtx<'_> {
     fn save_progress<B: AutodiffBackend>(
         &self,
         agent: &DqnAgent<B>,
-        replay: &Replay,
+        replay: Option<&Replay>,
         prog: &Progress,
     ) -> Result<(), TrainError> {
         let epoch = prog.epochs_done - 1;
         let (ckpt, rpl) = state_files(self.dir, epoch);
         std::fs::create_dir_all(self.dir).map_err(|e| TrainError::file(self.dir, e))?;
         checkpoint::save(agent, &ckpt)?;
-        write_atomic(&rpl, &replay.to_bytes())?;
+        if let Some(r) = replay {
+            write_atomic(&rpl, &r.to_bytes())?;
+        }
         write_json(&self.dir.join("progress.json"), prog)?;
         remove_best_except(self.dir, prog.best_epoch, epoch);
         for e in 0..epoch {
@@ -681,6 +773,20 @@ fn remove_best_except(dir: &Path, keep: Option<usize>, upto: usize) {
 
 fn epoch_seed(seed: u64, window: usize, epoch: usize) -> u64 {
     mix64(seed ^ mix64(((window as u64) << 32) | epoch as u64))
+}
+
+#[cfg(feature = "cuda")]
+type GpuRunType = crate::gpu_collect::GpuRun;
+#[cfg(not(feature = "cuda"))]
+type GpuRunType = std::convert::Infallible;
+
+/// An epoch's environments: on the CPU (host replay) or on the GPU (device replay ring).
+// One per epoch, made once and never moved in the step loop: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Envs<'m> {
+    Host(Collector<'m>),
+    #[cfg(feature = "cuda")]
+    Gpu(crate::gpu_collect::GpuEnvs<'m>),
 }
 
 /// The N environments of one epoch on the CPU and their n-step accumulators.
