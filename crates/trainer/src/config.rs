@@ -132,3 +132,33 @@ impl TrainConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_toml_example_parses_and_unknown_keys_are_refused() {
+        let doc = include_str!("../../../docs/TRAINING.md");
+        let start = doc.find("```toml\n").expect("a TOML example") + 8;
+        let end = start + doc[start..].find("```").expect("closed");
+        let dir = std::env::temp_dir().join(format!("foxhunt-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let path = dir.join("train.toml");
+        std::fs::write(&path, &doc[start..end]).expect("write");
+        let c = TrainConfig::from_toml_file(&path).expect("the documented example parses");
+        assert_eq!((c.epochs, c.envs, c.dqn.n_step), (10, 128, 3));
+        assert_eq!(c.costs.commission, 1.25);
+        assert_eq!(c.costs.slippage_ticks, 1.0, "unset keys keep their defaults");
+        assert_eq!(c.dqn.hidden, vec![256, 256]);
+        assert_eq!(
+            c.dqn.target_update,
+            foxhunt_dqn::config::TargetUpdate::Soft { tau: 0.005 }
+        );
+        std::fs::write(&path, "epochs = 3\nepocs = 4\n").expect("write");
+        let e = TrainConfig::from_toml_file(&path).expect_err("typo refused");
+        let msg = e.to_string();
+        assert!(msg.contains("train.toml") && msg.contains("epocs"), "{msg}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
