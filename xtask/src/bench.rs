@@ -194,13 +194,14 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
         "bench dqn: {name}, obs 32, hidden 128x128, 3 actions, {updates} timed updates per batch size"
     );
     println!(
-        "{:>6} {:>14} {:>14} {:>14}",
-        "batch", "median us", "min us", "pipelined us"
+        "{:>9} {:>6} {:>14} {:>14} {:>14}",
+        "dense", "batch", "median us", "min us", "pipelined us"
     );
-    for batch in [64usize, 1024] {
+    for (full_f32, batch) in [(false, 64usize), (false, 1024), (true, 64), (true, 1024)] {
         let cfg = DqnConfig {
             batch_size: batch,
             replay_capacity: 4096,
+            full_f32,
             ..DqnConfig::default()
         };
         let mut agent = DqnAgent::<B>::new(cfg, device)?;
@@ -253,7 +254,8 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
         }
         let pipelined = t0.elapsed().as_secs_f64() * 1e6 / updates as f64;
         let (med, min) = summarize(&mut each);
-        println!("{batch:>6} {med:>14.1} {min:>14.1} {pipelined:>14.1}");
+        let dense = if full_f32 { "full f32" } else { "matmul" };
+        println!("{dense:>9} {batch:>6} {med:>14.1} {min:>14.1} {pipelined:>14.1}");
     }
     Ok(())
 }

@@ -182,6 +182,10 @@ pub struct DqnConfig {
     pub batch_size: usize,
     /// Seed of initialization, exploration and sampling.
     pub seed: u64,
+    /// Dense layers as full-f32 multiply-and-sum instead of the backend's matmul. On Hopper,
+    /// burn-cuda 0.21's matmul rounds f32 operands to TF32 (about 5e-4 relative to the CPU);
+    /// this path agrees with the CPU to about 1e-6, at some cost in speed. Default false.
+    pub full_f32: bool,
 }
 
 impl Default for DqnConfig {
@@ -215,6 +219,7 @@ impl Default for DqnConfig {
             replay_capacity: 100_000,
             batch_size: 64,
             seed: 0,
+            full_f32: false,
         }
     }
 }

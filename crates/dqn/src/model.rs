@@ -22,6 +22,8 @@ pub struct QNetwork<B: Backend> {
     value: Option<Linear<B>>,
     #[module(skip)]
     activation: Activation,
+    #[module(skip)]
+    full_f32: bool,
 }
 
 impl<B: Backend> QNetwork<B> {
@@ -46,6 +48,7 @@ impl<B: Backend> QNetwork<B> {
                 .dueling
                 .then(|| LinearConfig::new(width, 1).init(device)),
             activation: cfg.activation,
+            full_f32: cfg.full_f32,
         };
         // burn initializes parameters lazily, and a clone of an uninitialized parameter draws
         // its own random values: a target network cloned now would not equal the online one,
@@ -58,7 +61,7 @@ impl<B: Backend> QNetwork<B> {
     pub fn forward(&self, obs: Tensor<B, 2>) -> Tensor<B, 2> {
         let mut x = obs;
         for (i, layer) in self.hidden.iter().enumerate() {
-            x = layer.forward(x);
+            x = self.dense(layer, x);
             if let Some(norm) = self.norms.get(i) {
                 x = norm.forward(x);
             }
@@ -68,10 +71,27 @@ impl<B: Backend> QNetwork<B> {
                 Activation::Gelu => gelu(x),
             };
         }
-        let a = self.head.forward(x.clone());
+        let a = self.dense(&self.head, x.clone());
         match &self.value {
-            Some(v) => dueling(v.forward(x), a),
+            Some(v) => dueling(self.dense(v, x), a),
             None => a,
+        }
+    }
+
+    /// `x W + b`, `[batch, in] -> [batch, out]`: the backend's matmul, or with `full_f32` a
+    /// broadcast product `[batch, in, out]` summed over `in`, which no backend computes in
+    /// reduced precision.
+    fn dense(&self, layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        if !self.full_f32 {
+            return layer.forward(x);
+        }
+        let w = layer.weight.val();
+        let y = (x.unsqueeze_dim::<3>(2) * w.unsqueeze_dim::<3>(0))
+            .sum_dim(1)
+            .squeeze_dim::<2>(1);
+        match &layer.bias {
+            Some(b) => y + b.val().unsqueeze_dim(0),
+            None => y,
         }
     }
 }

@@ -66,6 +66,21 @@ pub struct PoolStats {
     pub allocations: u64,
 }
 
+impl PoolStats {
+    /// Counts a request for `bytes`, served from a released buffer or newly allocated (then
+    /// `held`, the bytes the pool holds, grows and the peak follows it).
+    pub(crate) fn count(&mut self, bytes: u64, reused: bool, held: &mut u64) {
+        if reused {
+            self.reused += bytes;
+        } else {
+            self.allocated += bytes;
+            self.allocations += 1;
+            *held += bytes;
+            self.peak = self.peak.max(*held);
+        }
+    }
+}
+
 /// Free buffers by element type, each reused by any later request it is large enough for.
 #[derive(Debug)]
 pub(crate) struct FreeLists<F32, F64, U32, I64> {
@@ -128,19 +143,9 @@ impl HostPool {
         src: &[T],
     ) -> Vec<T> {
         let bytes = std::mem::size_of_val(src) as u64;
-        let mut buf = match take_fitting(free, src.len(), Vec::capacity) {
-            Some(b) => {
-                stats.reused += bytes;
-                b
-            }
-            None => {
-                stats.allocated += bytes;
-                stats.allocations += 1;
-                *held += bytes;
-                stats.peak = stats.peak.max(*held);
-                Vec::with_capacity(src.len())
-            }
-        };
+        let reused = take_fitting(free, src.len(), Vec::capacity);
+        stats.count(bytes, reused.is_some(), held);
+        let mut buf = reused.unwrap_or_else(|| Vec::with_capacity(src.len()));
         buf.clear();
         buf.extend_from_slice(src);
         stats.uploaded += bytes;

@@ -154,18 +154,11 @@ impl DevicePool {
         src: &[T],
     ) -> Result<CudaSlice<T>, MemoryError> {
         let bytes = std::mem::size_of_val(src) as u64;
-        let mut buf = match take_fitting(free, src.len(), CudaSlice::len) {
-            Some(b) => {
-                stats.reused += bytes;
-                b
-            }
-            None => {
-                stats.allocated += bytes;
-                stats.allocations += 1;
-                *held += bytes;
-                stats.peak = stats.peak.max(*held);
-                stream.alloc_zeros::<T>(src.len().max(1)).map_err(driver)?
-            }
+        let reused = take_fitting(free, src.len(), CudaSlice::len);
+        stats.count(bytes, reused.is_some(), held);
+        let mut buf = match reused {
+            Some(b) => b,
+            None => stream.alloc_zeros::<T>(src.len().max(1)).map_err(driver)?,
         };
         if !src.is_empty() {
             stream

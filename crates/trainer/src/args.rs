@@ -439,6 +439,9 @@ pub struct TrainArgs {
     /// Replay capacity in transitions.
     #[arg(long)]
     pub replay_capacity: Option<usize>,
+    /// Dense layers in full f32 (no TF32 matmul on Hopper; slower).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub full_f32: Option<bool>,
 }
 
 impl TrainArgs {
@@ -485,6 +488,7 @@ impl TrainArgs {
             eps_end => c.dqn.epsilon.end,
             eps_steps => c.dqn.epsilon.steps,
             replay_capacity => c.dqn.replay_capacity,
+            full_f32 => c.dqn.full_f32,
         }
         if let Some(d) = self.device {
             c.device = match d {

@@ -149,7 +149,10 @@ mod tests {
         let c = TrainConfig::from_toml_file(&path).expect("the documented example parses");
         assert_eq!((c.epochs, c.envs, c.dqn.n_step), (10, 128, 3));
         assert_eq!(c.costs.commission, 1.25);
-        assert_eq!(c.costs.slippage_ticks, 1.0, "unset keys keep their defaults");
+        assert_eq!(
+            c.costs.slippage_ticks, 1.0,
+            "unset keys keep their defaults"
+        );
         assert_eq!(c.dqn.hidden, vec![256, 256]);
         assert_eq!(
             c.dqn.target_update,
