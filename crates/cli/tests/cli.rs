@@ -342,3 +342,83 @@ fn backtest_all_strategies_on_every_bundled_data_set() {
         "--commission must be zero or more",
     );
 }
+
+/// A small `foxhunt train` over the bundled data: phase lines on stdout, the run directory's
+/// files, `foxhunt report`, and the device rules on a machine without a GPU.
+#[test]
+fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
+    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1") {
+        return; // this machine has a GPU: the fallback cannot be observed here
+    }
+    let out_dir = std::env::temp_dir().join(format!("foxhunt-cli-train-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let out_arg = out_dir.display().to_string();
+    let mut args = vec![
+        "train",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--train-months",
+        "3",
+        "--val-months",
+        "1",
+        "--test-months",
+        "1",
+        "--step-months",
+        "3",
+        "--epochs",
+        "2",
+        "--max-steps-per-epoch",
+        "6",
+        "--envs",
+        "4",
+        "--learning-starts",
+        "8",
+        "--batch-size",
+        "8",
+        "--hidden",
+        "8",
+        "--out",
+        &out_arg,
+    ];
+    // Asked for CUDA where there is none: an error, and nothing trained.
+    let mut cuda = args.clone();
+    cuda.extend(["--device", "cuda"]);
+    fails_with(&cuda, "no CUDA device found");
+    // auto (the default): says so and trains on the CPU.
+    args.extend(["--device", "auto"]);
+    let out = foxhunt(&args);
+    let (so, se) = (
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{se}\n{so}");
+    assert!(so.contains("no CUDA device found"), "{so}");
+    assert!(so.contains("training on the CPU"), "{so}");
+    let lines: Vec<&str> = so
+        .lines()
+        .filter(|l| l.contains("phase breakdown window="))
+        .collect();
+    assert_eq!(lines.len(), 4, "2 windows x 2 epochs: {so}");
+    assert!(
+        so.contains("device cpu; 2 windows trained, 0 failed"),
+        "{so}"
+    );
+    for f in [
+        "config.json",
+        "report.json",
+        "equity.csv",
+        "equity.png",
+        "summary.txt",
+    ] {
+        assert!(out_dir.join(f).is_file(), "{f} missing");
+    }
+    let report = foxhunt(&["report", &out_arg]);
+    assert!(report.status.success());
+    assert_eq!(
+        stdout(&report),
+        std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary")
+    );
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

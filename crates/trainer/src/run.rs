@@ -410,9 +410,17 @@ impl WindowCtx<'_> {
         budget: &mut Option<usize>,
     ) -> Result<WindowOutcome, Box<WindowFailure>> {
         let (cfg, w) = (self.job.cfg, self.w);
+        // Our kernels run on foxhunt-memory's stream, burn's on its own: a phase boundary
+        // waits for both.
+        #[cfg(feature = "cuda")]
+        let gpu_ctx = gpu.as_deref().map(|r| r.pool.context().clone());
         let sync = || {
             // A failed sync surfaces in the next read of a result; timing just ends here.
             let _ = B::sync(device);
+            #[cfg(feature = "cuda")]
+            if let Some(c) = &gpu_ctx {
+                let _ = c.stream().synchronize();
+            }
         };
         let t_init = Instant::now();
         std::fs::create_dir_all(self.dir)
