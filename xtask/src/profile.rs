@@ -171,10 +171,7 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
         println!();
     }
     let path: PathBuf = root.join("target/profile.json");
-    std::fs::create_dir_all(path.parent().context("target")?)?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&profile)?)?;
-    std::fs::rename(&tmp, &path)?;
+    crate::dbn_out::write_atomic(&path, &serde_json::to_vec_pretty(&profile)?)?;
     println!(
         "\nwrote {} (run directory {})",
         path.display(),

@@ -179,14 +179,14 @@ impl DevicePool {
         }
         let contract: Vec<u32> = m.contract.iter().map(|&c| u32::from(c)).collect();
         let stream = self.ctx.stream().clone();
+        let before = self.stats.uploaded;
         let (free, stats, held) = (&mut self.free, &mut self.stats, &mut self.held);
         let features = Self::fill(&mut free.f32, stats, held, &stream, &m.features)?;
         let open = Self::fill(&mut free.f64, stats, held, &stream, &m.open)?;
         let close = Self::fill(&mut free.f64, stats, held, &stream, &m.close)?;
         let session = Self::fill(&mut free.u32, stats, held, &stream, &m.session)?;
         let contract = Self::fill(&mut free.u32, stats, held, &stream, &contract)?;
-        let uploaded =
-            (std::mem::size_of_val(m.features.as_slice()) + 16 * m.rows + 8 * m.rows) as u64;
+        let uploaded = stats.uploaded - before;
         Ok(GpuArena {
             window: Some(DeviceWindow {
                 features,

@@ -82,7 +82,6 @@ impl LoaderArgs {
     /// Loads the data set these options describe.
     pub fn load(&self) -> Result<foxhunt_data::Dataset> {
         let selector = SymbolSelector::parse(&self.symbol)?;
-
         if self.bar_seconds <= 0 {
             bail!("--bar-seconds must be positive, got {}", self.bar_seconds);
         }

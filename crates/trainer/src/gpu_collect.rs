@@ -24,11 +24,10 @@ pub(crate) struct GpuRun {
 }
 
 impl GpuRun {
-    pub fn new() -> Result<Self, TrainError> {
-        let ctx = GpuContext::new(0)?;
-        Ok(Self {
-            pool: DevicePool::new(&ctx),
-        })
+    pub fn new(ctx: &Arc<GpuContext>) -> Self {
+        Self {
+            pool: DevicePool::new(ctx),
+        }
     }
 }
 

@@ -178,18 +178,28 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, TrainEr
         .map_err(|e| TrainError::file(path, format!("not a foxhunt report: {e}")))
 }
 
+/// One policy's equity over several periods, each period starting where the previous ended.
+pub fn chained_equity(curves: &[&Curve]) -> Vec<f64> {
+    let mut offset = 0.0;
+    let mut out = Vec::new();
+    for c in curves {
+        out.extend(c.equity.iter().map(|&(_, e)| offset + e));
+        offset += c.equity.last().map_or(0.0, |&(_, e)| e);
+    }
+    out
+}
+
 /// Metrics over several periods, from their pieces: daily PnL and trades concatenated, equity
 /// chained (each period starts where the previous ended).
 pub fn aggregate(curves: &[&Curve], capital: f64) -> Metrics {
     let mut daily = Vec::new();
     let mut equity = vec![0.0];
+    equity.extend(chained_equity(curves));
     let mut trades = Vec::new();
-    let (mut contracts, mut costs, mut bars, mut offset) = (0, 0.0, 0, 0.0);
+    let (mut contracts, mut costs, mut bars) = (0, 0.0, 0);
     for c in curves {
         daily.extend_from_slice(&c.daily_pnl);
         trades.extend_from_slice(&c.trades);
-        equity.extend(c.equity.iter().map(|&(_, e)| offset + e));
-        offset += c.equity.last().map_or(0.0, |&(_, e)| e);
         contracts += c.contracts_traded;
         costs += c.total_costs;
         bars += c.bars;

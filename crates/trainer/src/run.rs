@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::tensor::Tensor;
@@ -70,17 +71,22 @@ pub enum Resolved {
 /// Resolves `--device`: `auto` takes the GPU when one can be used and otherwise says why and
 /// takes the CPU; `cuda` without a usable GPU is an error ("no CUDA device found: ...").
 pub fn resolve_device(choice: DeviceChoice) -> Result<Resolved, TrainError> {
+    Ok(match open_device(choice)? {
+        Some(_) => Resolved::Cuda,
+        None => Resolved::Cpu,
+    })
+}
+
+/// The device `--device` asks for, opened once: the context a CUDA run then works in.
+fn open_device(choice: DeviceChoice) -> Result<Option<Arc<GpuContext>>, TrainError> {
     match choice {
-        DeviceChoice::Cpu => Ok(Resolved::Cpu),
-        DeviceChoice::Cuda => {
-            GpuContext::new(0)?;
-            Ok(Resolved::Cuda)
-        }
+        DeviceChoice::Cpu => Ok(None),
+        DeviceChoice::Cuda => Ok(Some(GpuContext::new(0)?)),
         DeviceChoice::Auto => match GpuContext::new(0) {
-            Ok(_) => Ok(Resolved::Cuda),
+            Ok(ctx) => Ok(Some(ctx)),
             Err(e) => {
                 tracing::warn!("{e}; training on the CPU");
-                Ok(Resolved::Cpu)
+                Ok(None)
             }
         },
     }
@@ -90,7 +96,11 @@ pub fn resolve_device(choice: DeviceChoice) -> Result<Resolved, TrainError> {
 /// was also written to `out/report.json`.
 pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     job.cfg.validate()?;
-    let device = resolve_device(job.cfg.device)?;
+    let gpu_ctx = open_device(job.cfg.device)?;
+    let device = match gpu_ctx {
+        Some(_) => Resolved::Cuda,
+        None => Resolved::Cpu,
+    };
     let plan = foxhunt_data::walkforward::plan(&job.dataset.series.row_days(), job.windows)?;
     let out = &opts.out;
     let config = serde_json::json!({
@@ -105,12 +115,10 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     // On the GPU, experience is collected on the device unless prioritized replay is asked for
     // (its sum tree lives on the host).
     #[cfg(feature = "cuda")]
-    let mut gpu_run = match device {
-        Resolved::Cuda if job.cfg.dqn.prioritized.is_none() => {
-            Some(crate::gpu_collect::GpuRun::new()?)
-        }
-        _ => None,
-    };
+    let mut gpu_run = gpu_ctx
+        .as_ref()
+        .filter(|_| job.cfg.dqn.prioritized.is_none())
+        .map(crate::gpu_collect::GpuRun::new);
     #[cfg(not(feature = "cuda"))]
     let mut gpu_run: Option<std::convert::Infallible> = None;
     let bars = Bars::new(opts.progress, plan.windows.len(), job.cfg.epochs);
@@ -326,13 +334,8 @@ fn write_outputs(
     if let Some((_, first)) = curves.first() {
         let series: Vec<(&str, Vec<f64>)> = (0..first.len())
             .map(|k| {
-                let mut off = 0.0;
-                let mut v = Vec::new();
-                for (_, c) in curves {
-                    v.extend(c[k].equity.iter().map(|&(_, e)| off + e));
-                    off += c[k].equity.last().map_or(0.0, |&(_, e)| e);
-                }
-                (first[k].policy.as_str(), v)
+                let parts: Vec<&Curve> = curves.iter().map(|(_, c)| &c[k]).collect();
+                (first[k].policy.as_str(), report::chained_equity(&parts))
             })
             .collect();
         crate::plot::equity_png(
@@ -623,7 +626,7 @@ impl WindowCtx<'_> {
             }
             let val_report = clock
                 .time(4, || -> Result<_, TrainError> {
-                    let mut policy = AgentPolicy::new(&agent.online_net(), &cfg.env)?;
+                    let mut policy = AgentPolicy::new(&agent.online_net(), &cfg.env);
                     let r = backtest(
                         market,
                         &self.exec,
@@ -684,7 +687,7 @@ impl WindowCtx<'_> {
         let market = arena.market();
         let tested = (|| -> Result<_, TrainError> {
             let agent = checkpoint::load::<B>(&best_file(self.dir, best), &dqn, device)?;
-            let mut policy = AgentPolicy::new(&agent.online_net(), &cfg.env)?;
+            let mut policy = AgentPolicy::new(&agent.online_net(), &cfg.env);
             let mut runs = vec![(
                 "agent".to_owned(),
                 backtest(
@@ -936,14 +939,11 @@ struct AgentPolicy {
 }
 
 impl AgentPolicy {
-    fn new<B: burn::tensor::backend::Backend>(
-        net: &QNetwork<B>,
-        env: &EnvConfig,
-    ) -> Result<Self, TrainError> {
-        Ok(Self {
+    fn new<B: burn::tensor::backend::Backend>(net: &QNetwork<B>, env: &EnvConfig) -> Self {
+        Self {
             net: net.to_host(),
             env: env.clone(),
-        })
+        }
     }
 }
 
