@@ -143,6 +143,13 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             bars.window_done();
             continue;
         }
+        if budget == Some(0) {
+            // The epochs asked for ended with the previous window: stop before this one.
+            bars.finish();
+            return Err(TrainError::Stopped {
+                epochs: opts.stop_after_epochs.unwrap_or(0),
+            });
+        }
         tracing::info!(
             "window {}: train {}..{} ({} bars), validation {}..{}, test {}..{}",
             w.index,

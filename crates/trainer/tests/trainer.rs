@@ -168,6 +168,16 @@ fn a_stopped_run_resumes_to_identical_results() {
     assert_eq!(a.aggregate, b.aggregate, "aggregate identical");
     // Window 1's first epoch was trained before the stop and its breakdown kept.
     assert_eq!(b.phases.len(), a.phases.len());
+    // A budget that ends exactly with a window stops before the next one starts.
+    let edge = scratch("edge");
+    let e = run(&cfg, &edge, false, Some(3)).expect_err("stops");
+    assert!(matches!(e, TrainError::Stopped { epochs: 3 }), "{e}");
+    assert!(edge.join("windows/window-000/report.json").is_file());
+    assert!(
+        !edge.join("windows/window-001").exists(),
+        "window 1 was not begun"
+    );
+    let _ = std::fs::remove_dir_all(&edge);
     // A resume under another configuration is refused, naming what differs.
     let other = TrainConfig {
         seed: 12,
