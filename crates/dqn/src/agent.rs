@@ -137,11 +137,10 @@ pub struct DqnAgent<B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> DqnAgent<B> {
-    /// A new agent on `device`. Seeds the backend with `cfg.seed`, so that initialization and
-    /// exploration are reproducible on backends with a deterministic generator (NdArray).
+    /// A new agent on `device`, its networks initialized from `cfg.seed` alone (the same
+    /// seed gives the same weights on any thread; see [`QNetwork::init`]).
     pub fn new(cfg: DqnConfig, device: &B::Device) -> Result<Self, DqnError> {
         cfg.validate()?;
-        B::seed(device, cfg.seed);
         let online = QNetwork::<B>::init(&cfg, device);
         let target = online.valid();
         let optim = Self::optimizer(&cfg);
@@ -213,6 +212,11 @@ impl<B: AutodiffBackend> DqnAgent<B> {
     }
 
     /// Epsilon-greedy actions for N environments, `[n, obs_dim] -> [n]`; epsilon 0 is greedy.
+    ///
+    /// The exploration draws come from the backend's generator, which the whole process shares
+    /// (seed it with `B::seed` for a reproducible single-threaded run). A caller that needs draws
+    /// reproducible across threads, such as the walk-forward trainer, picks its own actions
+    /// from [`DqnAgent::q_values`].
     pub fn act(
         &self,
         obs: Tensor<B::InnerBackend, 2>,
@@ -290,10 +294,10 @@ impl<B: AutodiffBackend> DqnAgent<B> {
         let mut grads = GradientsParams::from_grads(loss.backward(), &online);
         let grad_norm = global_norm::<B>(&online, &grads);
         if let Some(max) = self.cfg.grad_clip {
-            let scale = (grad_norm.clone() + 1e-6)
-                .recip()
-                .mul_scalar(max)
-                .clamp_max(1.0);
+            // A division, not `recip()`: NdArray's SIMD reciprocal is an approximation that
+            // differs between CPUs.
+            let norm = grad_norm.clone() + 1e-6;
+            let scale = norm.ones_like().mul_scalar(max).div(norm).clamp_max(1.0);
             scale_grads::<B>(&online, &mut grads, scale);
         }
         let online = self.optim.step(lr, online, grads);

@@ -2,10 +2,10 @@
 //! layer norm.
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::Tensor;
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::activation::{gelu, relu};
 use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
 
 use crate::config::{Activation, DqnConfig};
 
@@ -27,32 +27,38 @@ pub struct QNetwork<B: Backend> {
 }
 
 impl<B: Backend> QNetwork<B> {
-    /// A freshly initialized network on `device` (burn's default initializers, seeded by the
-    /// backend's seed).
+    /// A freshly initialized network on `device`: dense layers drawn as burn's default
+    /// (uniform in ±1/sqrt(fan_in), weights and biases) from a generator of this network's own,
+    /// seeded with `cfg.seed`; layer norms start at scale 1, shift 0.
+    ///
+    /// burn's `Tensor::random` draws from one generator per backend, shared by every thread of
+    /// the process: two networks built at the same time on two threads would take each other's
+    /// numbers, and the same seed would not give the same network. A private generator does.
     pub fn init(cfg: &DqnConfig, device: &B::Device) -> Self {
+        let mut rng = InitRng::new(cfg.seed);
         let mut hidden = Vec::new();
         let mut norms = Vec::new();
         let mut width = cfg.obs_dim;
         for &h in &cfg.hidden {
-            hidden.push(LinearConfig::new(width, h).init(device));
+            hidden.push(rng.linear(width, h, device));
             if cfg.layer_norm {
                 norms.push(LayerNormConfig::new(h).init(device));
             }
             width = h;
         }
+        let head = rng.linear(width, cfg.actions, device);
+        let value = cfg.dueling.then(|| rng.linear(width, 1, device));
         let net = Self {
             hidden,
             norms,
-            head: LinearConfig::new(width, cfg.actions).init(device),
-            value: cfg
-                .dueling
-                .then(|| LinearConfig::new(width, 1).init(device)),
+            head,
+            value,
             activation: cfg.activation,
             full_f32: cfg.full_f32,
         };
-        // burn initializes parameters lazily, and a clone of an uninitialized parameter draws
-        // its own random values: a target network cloned now would not equal the online one,
-        // and a recorded copy would not equal the network in use. Draw every value now.
+        // burn initializes parameters lazily (the layer norms' here), and a clone of an
+        // uninitialized parameter initializes on its own: make every value concrete now, so a
+        // target network cloned from this one, or a recorded copy, is this network.
         net.visit(&mut Materialize);
         net
     }
@@ -93,6 +99,47 @@ impl<B: Backend> QNetwork<B> {
             Some(b) => y + b.val().unsqueeze_dim(0),
             None => y,
         }
+    }
+}
+
+/// SplitMix64: the network's own seeded generator for its initial weights.
+struct InitRng(u64);
+
+impl InitRng {
+    fn new(seed: u64) -> Self {
+        Self(seed ^ 0x6A09_E667_F3BC_C908)
+    }
+
+    /// Uniform in `[-bound, bound)`.
+    fn uniform(&mut self, bound: f64) -> f32 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+        ((2.0 * u - 1.0) * bound) as f32
+    }
+
+    /// A dense layer `[d_in, d_out]` with burn's default bound 1/sqrt(d_in) for weights and
+    /// biases (Kaiming uniform with gain 1/sqrt(3)).
+    fn linear<B: Backend>(&mut self, d_in: usize, d_out: usize, device: &B::Device) -> Linear<B> {
+        let bound = 1.0 / (d_in as f64).sqrt();
+        let weight: Vec<f32> = (0..d_in * d_out).map(|_| self.uniform(bound)).collect();
+        let bias: Vec<f32> = (0..d_out).map(|_| self.uniform(bound)).collect();
+        // Zeros: the lazy initializer that is replaced at once never draws random numbers.
+        let mut layer = LinearConfig::new(d_in, d_out)
+            .with_initializer(Initializer::Zeros)
+            .init(device);
+        layer.weight = Param::from_tensor(Tensor::from_data(
+            TensorData::new(weight, [d_in, d_out]),
+            device,
+        ));
+        layer.bias = Some(Param::from_tensor(Tensor::from_data(
+            TensorData::new(bias, [d_out]),
+            device,
+        )));
+        layer
     }
 }
 

@@ -248,6 +248,42 @@ fn same_seed_same_weights_bit_for_bit() {
     assert_ne!(w1, run(&DqnConfig { seed: 22, ..cfg }));
 }
 
+/// Agents built while other threads draw from the backend's shared generator (as tests and
+/// parallel trainers do) still get the weights their seed gives.
+#[test]
+fn initial_weights_depend_on_the_seed_alone_whatever_other_threads_draw() {
+    let cfg = DqnConfig {
+        obs_dim: 8,
+        hidden: vec![64, 64],
+        layer_norm: true,
+        dueling: true,
+        seed: 3,
+        ..DqnConfig::default()
+    };
+    let reference = weights(&DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid"));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let noise = s.spawn(|| {
+            let mut draws = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || draws == 0 {
+                Inner::seed(&dev(), draws as u64);
+                let t =
+                    Tensor::<Inner, 1>::random([256], burn::tensor::Distribution::Default, &dev());
+                draws += t.dims()[0];
+            }
+            draws
+        });
+        let differ: Vec<usize> = (0..50)
+            .filter(|_| {
+                weights(&DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid")) != reference
+            })
+            .collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(noise.join().expect("noise thread") > 0);
+        assert!(differ.is_empty(), "builds {differ:?} of 50 differ");
+    });
+}
+
 #[test]
 fn reported_grad_norm_is_the_norm_before_clipping_and_stats_are_sane() {
     let cfg = DqnConfig {
