@@ -441,3 +441,177 @@ fn polyak<B: Backend>(online: &QNetwork<B>, target: QNetwork<B>, tau: f32) -> QN
         tau,
     })
 }
+
+/// What decides an agent's next updates, as flat host vectors in the network's parameter order
+/// (the order [`QNetwork`]'s `visit` walks: each hidden layer's weight `[d_in, d_out]` then bias,
+/// the layer norms' scale then shift, the Q (advantage) head, the value head). The fused CUDA
+/// engine trains from and back into it; the environment-step counter stays with the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentState {
+    /// Online network parameters.
+    pub online: Vec<f32>,
+    /// Target network parameters.
+    pub target: Vec<f32>,
+    /// Adam's first moments (zero before the first update).
+    pub moment_1: Vec<f32>,
+    /// Adam's second moments (zero before the first update).
+    pub moment_2: Vec<f32>,
+    /// Updates done (Adam's step count; the learning-rate and target schedules' clock).
+    pub updates: u64,
+}
+
+/// The optimizer's per-parameter state.
+type AdamRecords<B> = <OptimizerAdaptor<Adam, QNetwork<B>, B> as Optimizer<QNetwork<B>, B>>::Record;
+
+/// Every float parameter of a module, flattened in visiting order.
+fn flat_params<B: Backend, M: Module<B>>(module: &M) -> Vec<f32> {
+    struct Flat(Vec<f32>);
+    impl<B: Backend> ModuleVisitor<B> for Flat {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.extend(param.val().into_data().iter::<f32>());
+        }
+    }
+    let mut f = Flat(Vec::new());
+    module.visit(&mut f);
+    f.0
+}
+
+/// Replaces every float parameter's values with the next ones of `values` (visiting order),
+/// keeping parameter ids (which the optimizer's state is keyed by) and gradient tracking.
+fn assign_params<B: Backend, M: Module<B>>(module: M, values: &[f32]) -> M {
+    struct Assign<'a> {
+        values: &'a [f32],
+        at: usize,
+    }
+    impl<B: Backend> ModuleMapper<B> for Assign<'_> {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let (id, old, mapper) = param.consume();
+            let shape = old.shape();
+            let n = shape.num_elements();
+            let data =
+                burn::tensor::TensorData::new(self.values[self.at..self.at + n].to_vec(), shape);
+            self.at += n;
+            let t = Tensor::from_data(data, &old.device()).set_require_grad(old.is_require_grad());
+            Param::from_mapped_value(id, t, mapper)
+        }
+    }
+    let mut a = Assign { values, at: 0 };
+    let m = module.map(&mut a);
+    assert_eq!(
+        a.at,
+        values.len(),
+        "parameter vector of another architecture"
+    );
+    m
+}
+
+impl<B: AutodiffBackend> DqnAgent<B> {
+    /// Number of float parameters of the Q-network.
+    pub fn num_params(&self) -> usize {
+        self.online().num_params()
+    }
+
+    /// The agent's learning state as host vectors (reads the device).
+    pub fn export_state(&self) -> AgentState {
+        struct Moments<'a, B: AutodiffBackend> {
+            records: &'a AdamRecords<B>,
+            m1: Vec<f32>,
+            m2: Vec<f32>,
+        }
+        impl<B: AutodiffBackend> ModuleVisitor<B> for Moments<'_, B> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                let n = param.val().shape().num_elements();
+                match self.records.get(&param.id) {
+                    Some(r) => {
+                        let s = r.clone().into_state::<D>().momentum;
+                        self.m1.extend(s.moment_1.into_data().iter::<f32>());
+                        self.m2.extend(s.moment_2.into_data().iter::<f32>());
+                    }
+                    None => {
+                        self.m1.extend(std::iter::repeat_n(0.0, n));
+                        self.m2.extend(std::iter::repeat_n(0.0, n));
+                    }
+                }
+            }
+        }
+        let records = self.optim.to_record();
+        let mut m = Moments::<B> {
+            records: &records,
+            m1: Vec::new(),
+            m2: Vec::new(),
+        };
+        self.online().visit(&mut m);
+        AgentState {
+            online: flat_params(self.online()),
+            target: flat_params(&self.target),
+            moment_1: m.m1,
+            moment_2: m.m2,
+            updates: self.updates,
+        }
+    }
+
+    /// Takes `state` as the agent's learning state (networks, Adam's moments, update count).
+    ///
+    /// # Panics
+    /// When `state` is of another architecture (vector lengths differ): a programmer error.
+    pub fn import_state(&mut self, state: &AgentState) {
+        let n = self.num_params();
+        for (what, v) in [
+            ("online", &state.online),
+            ("target", &state.target),
+            ("moment_1", &state.moment_1),
+            ("moment_2", &state.moment_2),
+        ] {
+            assert_eq!(v.len(), n, "{what}: {} values for {n} parameters", v.len());
+        }
+        let online = self.online.take().expect("online network present");
+        let online = assign_params(online, &state.online);
+        self.target = assign_params(self.target.clone(), &state.target);
+        struct Records<'a, B: AutodiffBackend> {
+            state: &'a AgentState,
+            at: usize,
+            time: usize,
+            map: AdamRecords<B>,
+        }
+        impl<B: AutodiffBackend> ModuleVisitor<B> for Records<'_, B> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                let shape = param.val().shape();
+                let n = shape.num_elements();
+                let device = param.val().device();
+                let t = |v: &[f32]| {
+                    Tensor::<B::InnerBackend, D>::from_data(
+                        burn::tensor::TensorData::new(
+                            v[self.at..self.at + n].to_vec(),
+                            shape.clone(),
+                        ),
+                        &device,
+                    )
+                };
+                let s = burn::optim::AdamState {
+                    momentum: burn::optim::AdaptiveMomentumState {
+                        time: self.time,
+                        moment_1: t(&self.state.moment_1),
+                        moment_2: t(&self.state.moment_2),
+                        max_moment_2: None,
+                    },
+                };
+                self.map
+                    .insert(param.id, burn::optim::record::AdaptorRecord::from_state(s));
+                self.at += n;
+            }
+        }
+        let mut r = Records::<B> {
+            state,
+            at: 0,
+            time: state.updates as usize,
+            map: Default::default(),
+        };
+        // Before the first update Adam has no state; a fresh optimizer is exactly that.
+        if state.updates > 0 {
+            online.visit(&mut r);
+        }
+        self.optim = Self::optimizer(&self.cfg).load_record(r.map);
+        self.online = Some(online);
+        self.updates = state.updates;
+    }
+}
