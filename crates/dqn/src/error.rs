@@ -16,4 +16,8 @@ pub enum DqnError {
         /// What is wrong.
         message: String,
     },
+    /// The fused CUDA engine cannot run: no CUDA, a failed launch, or a configuration it does
+    /// not implement.
+    #[error("fused CUDA engine: {0}")]
+    Device(String),
 }
