@@ -170,7 +170,8 @@ pub fn dqn(device: &str, updates: usize) -> Result<()> {
         }
         #[cfg(feature = "cuda")]
         "cuda" => {
-            dqn_on::<foxhunt_dqn::CudaBackend>(&Default::default(), "cuda (burn-cuda)", updates)
+            dqn_on::<foxhunt_dqn::CudaBackend>(&Default::default(), "cuda (burn-cuda)", updates)?;
+            dqn_fused(updates)
         }
         other => anyhow::bail!(
             "--device {other}: this build knows cpu{}",
@@ -256,6 +257,91 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
         let (med, min) = summarize(&mut each);
         let dense = if full_f32 { "full f32" } else { "matmul" };
         println!("{dense:>9} {batch:>6} {med:>14.1} {min:>14.1} {pipelined:>14.1}");
+    }
+    Ok(())
+}
+
+/// The fused engine on the same shapes and data as [`dqn_on`], in the same run: one update
+/// (learn + target update) synchronized each time, and a pipelined run synchronized at the end.
+#[cfg(feature = "cuda")]
+fn dqn_fused(updates: usize) -> Result<()> {
+    use foxhunt_dqn::fused::FusedDqn;
+    use foxhunt_dqn::replay::{Replay, Transition};
+    use foxhunt_dqn::{CpuBackend, DqnAgent, DqnConfig};
+    let ctx = foxhunt_memory::GpuContext::new(0)?;
+    println!("bench dqn: cuda (foxhunt fused engine), same shapes, {updates} timed updates");
+    println!(
+        "{:>9} {:>6} {:>14} {:>14} {:>14}",
+        "dense", "batch", "median us", "min us", "pipelined us"
+    );
+    for batch in [64usize, 1024] {
+        let cfg = DqnConfig {
+            batch_size: batch,
+            replay_capacity: 4096,
+            ..DqnConfig::default()
+        };
+        let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
+        let mut engine = FusedDqn::new(&ctx, &cfg, &agent.export_state(), 2 * updates + 40)?;
+        let mut replay = Replay::new(4096, 1, None);
+        for k in 0..4096u32 {
+            let x = |j: u32| {
+                ((k.wrapping_mul(2654435761) ^ j.wrapping_mul(40503)) % 1000) as f32 / 500.0 - 1.0
+            };
+            replay.push(Transition {
+                obs: (0..32).map(x).collect(),
+                action: (k % 3) as u8,
+                ret: x(99),
+                next_obs: (32..64).map(x).collect(),
+                discount: 0.99,
+            });
+        }
+        let ring = foxhunt_memory::DeviceReplay::new(&ctx, 1, 2)?;
+        let s = ctx.stream();
+        let mut batches = Vec::new();
+        for u in 0..16 {
+            let hb = replay.sample(batch, u);
+            let mut b = ring.batch_buffers(batch, 32)?;
+            let acts: Vec<i32> = hb.actions.iter().map(|&a| a as i32).collect();
+            s.memcpy_htod(&hb.obs, &mut b.obs)?;
+            s.memcpy_htod(&acts, &mut b.actions)?;
+            s.memcpy_htod(&hb.returns, &mut b.returns)?;
+            s.memcpy_htod(&hb.next_obs, &mut b.next_obs)?;
+            s.memcpy_htod(&hb.discounts, &mut b.discounts)?;
+            s.memcpy_htod(&hb.weights, &mut b.weights)?;
+            batches.push(b);
+        }
+        let mut step = |i: usize| -> Result<()> {
+            engine.learn(&batches[i % batches.len()])?;
+            engine.sync_target()?;
+            Ok(())
+        };
+        for i in 0..20 {
+            step(i)?;
+        }
+        s.synchronize()?;
+        let mut each = Vec::with_capacity(updates);
+        for i in 0..updates {
+            let t0 = Instant::now();
+            step(i)?;
+            s.synchronize()?;
+            each.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        let t0 = Instant::now();
+        for i in 0..updates {
+            step(i)?;
+        }
+        s.synchronize()?;
+        let pipelined = t0.elapsed().as_secs_f64() * 1e6 / updates as f64;
+        let stats = engine.take_stats()?;
+        anyhow::ensure!(
+            stats.iter().all(|r| r.iter().all(|v| v.is_finite())),
+            "non-finite statistics"
+        );
+        let (med, min) = summarize(&mut each);
+        println!(
+            "{:>9} {batch:>6} {med:>14.1} {min:>14.1} {pipelined:>14.1}",
+            "fused"
+        );
     }
     Ok(())
 }

@@ -1,19 +1,18 @@
-//! Experience collection on the GPU (feature `cuda`): the window's data in a device arena (one
-//! upload), N environments stepped by foxhunt-memory's kernel, transitions written by that
-//! kernel into the device replay ring and sampled there with Philox.
-//!
-//! What still crosses to the host each step, because burn-cuda 0.21 gives no way to hand a
-//! tensor to a foreign kernel or take one from it: the observations for the Q-network's forward
-//! (N x obs_dim floats) down, the chosen actions (N bytes) up, and the sampled batch down to be
-//! uploaded into burn. The fused engine (own kernels for the network) removes all three.
+//! Training on the GPU (feature `cuda`): the window's data in a device arena (one upload), N
+//! environments stepped by foxhunt-memory's kernel, transitions written by that kernel into the
+//! device replay ring and sampled there with Philox, and the agent acting and learning in
+//! foxhunt-dqn's fused engine. Nothing crosses to the host within an epoch: observations,
+//! actions, batches and statistics stay on the device; the statistics and the weights are read
+//! once, at the end of the epoch (the weights for the host-side evaluation and checkpoints).
 
 use std::sync::Arc;
 
-use foxhunt_dqn::replay::HostBatch;
+use cudarc::driver::CudaSlice;
+use foxhunt_dqn::fused::FusedDqn;
+use foxhunt_dqn::{AgentState, DqnConfig};
 use foxhunt_env::EnvConfig;
 use foxhunt_memory::{
-    DeviceBatch, DevicePool, DeviceReplay, GpuArena, GpuContext, GpuVecEnv, MemoryError,
-    SampleSpec, WindowData,
+    DeviceBatch, DevicePool, DeviceReplay, GpuArena, GpuContext, GpuVecEnv, SampleSpec, WindowData,
 };
 
 use crate::TrainError;
@@ -31,45 +30,50 @@ impl GpuRun {
     }
 }
 
-/// One window on the device: its arena, replay ring and sampler (separate fields, so that an
-/// epoch's environments can borrow the arena while the ring is written and sampled).
+/// One window on the device: its arena, replay ring, sampler and engine (separate fields, so
+/// that an epoch's environments can borrow the arena while the ring is written and sampled).
 pub(crate) struct GpuWindow<'p> {
     pub arena: GpuArena<'p>,
     pub ring: DeviceReplay,
     pub sampler: Sampler,
+    pub engine: FusedDqn,
 }
 
-/// Draws batches from the ring into device buffers and reads them back for burn.
+/// Draws batches from the ring into device buffers that the engine reads.
 pub(crate) struct Sampler {
-    batch: DeviceBatch,
-    ctx: Arc<GpuContext>,
+    pub batch: DeviceBatch,
     n_step: u32,
     gamma: f32,
     seed: u64,
 }
 
 impl<'p> GpuWindow<'p> {
+    /// Uploads the window and the agent's `state`; `max_updates` is the most updates an epoch
+    /// makes (the engine keeps their statistics on the device until the epoch ends).
     pub fn new(
         run: &'p mut GpuRun,
         data: &WindowData,
         envs: usize,
-        dqn: &foxhunt_dqn::DqnConfig,
+        dqn: &DqnConfig,
+        state: &AgentState,
+        max_updates: usize,
     ) -> Result<Self, TrainError> {
         let ctx = run.pool.context().clone();
         let arena = run.pool.window(data)?;
         let rows = (dqn.replay_capacity / envs).max(dqn.n_step + 2);
         let ring = DeviceReplay::new(&ctx, envs, rows)?;
         let batch = ring.batch_buffers(dqn.batch_size, dqn.obs_dim)?;
+        let engine = FusedDqn::new(&ctx, dqn, state, max_updates)?;
         Ok(Self {
             arena,
             ring,
             sampler: Sampler {
                 batch,
-                ctx,
                 n_step: dqn.n_step as u32,
                 gamma: dqn.gamma as f32,
                 seed: dqn.seed,
             },
+            engine,
         })
     }
 }
@@ -81,13 +85,13 @@ impl Sampler {
         rows.saturating_sub(self.n_step as usize) * envs
     }
 
-    /// Samples a batch on the device and reads it back for burn.
+    /// Samples a batch into [`Sampler::batch`] on the device (asynchronous).
     pub fn sample(
         &mut self,
         arena: &GpuArena<'_>,
         ring: &mut DeviceReplay,
         env: &EnvConfig,
-    ) -> Result<HostBatch, TrainError> {
+    ) -> Result<(), TrainError> {
         let spec = SampleSpec {
             arena,
             env,
@@ -96,24 +100,14 @@ impl Sampler {
             seed: self.seed,
         };
         ring.sample(&spec, &mut self.batch)?;
-        let (obs, actions, returns, next_obs, discounts, weights) =
-            self.batch.download(&self.ctx)?;
-        Ok(HostBatch {
-            slots: Vec::new(),
-            obs,
-            actions: actions.into_iter().map(i64::from).collect(),
-            returns,
-            next_obs,
-            discounts,
-            weights,
-        })
+        Ok(())
     }
 }
 
-/// The environments of one epoch on the device.
+/// The environments of one epoch on the device and the buffer their actions are chosen into.
 pub(crate) struct GpuEnvs<'a> {
     env: GpuVecEnv<'a>,
-    pub obs: Vec<f32>,
+    actions: CudaSlice<u8>,
 }
 
 impl<'a> GpuEnvs<'a> {
@@ -126,15 +120,27 @@ impl<'a> GpuEnvs<'a> {
     ) -> Result<Self, TrainError> {
         let mut env = GpuVecEnv::new(arena, cfg.clone(), split, n, seed)?;
         env.reset()?;
-        let obs = env.download(&env.obs)?;
-        Ok(Self { env, obs })
+        let actions = arena
+            .context()
+            .stream()
+            .alloc_zeros(n)
+            .map_err(|e| foxhunt_memory::MemoryError::Driver(e.to_string()))?;
+        Ok(Self { env, actions })
     }
 
-    /// Steps with `actions`, recording into `ring`, and reads the next observations back.
-    pub fn step(&mut self, actions: &[u8], ring: &mut DeviceReplay) -> Result<(), MemoryError> {
-        let a = self.env.upload_actions(actions)?;
-        self.env.step_record(&a, ring)?;
-        self.obs = self.env.download(&self.env.obs)?;
+    /// The engine picks every environment's action (epsilon-greedy, Philox keyed by `seed`,
+    /// counter `draw`), then the environments step and record into `ring` (asynchronous).
+    pub fn step(
+        &mut self,
+        engine: &mut FusedDqn,
+        epsilon: f32,
+        seed: u64,
+        draw: u64,
+        ring: &mut DeviceReplay,
+    ) -> Result<(), TrainError> {
+        let n = self.env.len();
+        engine.act(&self.env.obs, n, epsilon, seed, draw, &mut self.actions)?;
+        self.env.step_record(&self.actions, ring)?;
         Ok(())
     }
 }

@@ -176,6 +176,15 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
                 gpu_run.as_mut(),
                 &mut budget,
             ),
+            // The fused engine trains on the device; the burn agent beside it only holds the
+            // state between epochs (checkpoints, evaluation), which the CPU backend does best.
+            #[cfg(feature = "cuda")]
+            Resolved::Cuda if gpu_run.is_some() => ctx.train::<CpuBackend>(
+                &Default::default(),
+                &mut pool,
+                gpu_run.as_mut(),
+                &mut budget,
+            ),
             #[cfg(feature = "cuda")]
             Resolved::Cuda => ctx.train::<foxhunt_dqn::CudaBackend>(
                 &Default::default(),
@@ -445,29 +454,27 @@ impl WindowCtx<'_> {
         };
         let arena = pool.window(&data);
         let dqn = cfg.agent_config(m.cols, w.index);
-        #[cfg(feature = "cuda")]
-        let mut gpu_win = match gpu {
-            Some(r) => Some(crate::gpu_collect::GpuWindow::new(
-                r, &data, cfg.envs, &dqn,
-            )?),
-            None => None,
-        };
-        #[cfg(not(feature = "cuda"))]
-        let gpu_win: Option<std::convert::Infallible> = gpu.map(|g| match *g {});
+        let on_gpu = gpu.is_some();
         let uploaded = arena.uploaded_bytes();
-        drop(data);
         let (train, val, test) = (
             rel(&w.train.rows, base),
             rel(&w.val.rows, base),
             rel(&w.test.rows, base),
         );
+        let fail = |error: TrainError, prog: &Progress| {
+            Box::new(WindowFailure {
+                error,
+                phases: prog.phases.clone(),
+                epochs: prog.epochs.clone(),
+            })
+        };
         let progress_path = self.dir.join("progress.json");
         let (mut agent, mut replay, mut prog) = if self.resume && progress_path.exists() {
             let p: Progress = read_json(&progress_path)?;
             let (ckpt, rpl) = state_files(self.dir, p.epochs_done - 1);
             let agent = checkpoint::load::<B>(&ckpt, &dqn, device).map_err(TrainError::from)?;
             // The device replay ring is not saved: a GPU run resumes with an empty ring.
-            let replay = if gpu_win.is_some() {
+            let replay = if on_gpu {
                 Replay::new(1, dqn.seed, None)
             } else {
                 let bytes = std::fs::read(&rpl)
@@ -483,11 +490,7 @@ impl WindowCtx<'_> {
             (agent, replay, p)
         } else {
             // On the device path the host replay is unused (the ring holds the transitions).
-            let capacity = if gpu_win.is_some() {
-                1
-            } else {
-                dqn.replay_capacity
-            };
+            let capacity = if on_gpu { 1 } else { dqn.replay_capacity };
             let replay = Replay::new(capacity, dqn.seed, dqn.prioritized);
             (
                 DqnAgent::<B>::new(dqn.clone(), device).map_err(TrainError::from)?,
@@ -495,16 +498,29 @@ impl WindowCtx<'_> {
                 Progress::default(),
             )
         };
+        // On the GPU: the window's device arena (one upload), the ring, and the fused engine
+        // starting from the agent's state (fresh or resumed).
+        #[cfg(feature = "cuda")]
+        let mut gpu_win = match gpu {
+            Some(r) => Some(
+                crate::gpu_collect::GpuWindow::new(
+                    r,
+                    &data,
+                    cfg.envs,
+                    &dqn,
+                    &agent.export_state(),
+                    cfg.max_steps_per_epoch,
+                )
+                .map_err(|e| fail(e, &prog))?,
+            ),
+            None => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let gpu_win: Option<std::convert::Infallible> = gpu.map(|g| match *g {});
+        drop(data);
         let init_ms = t_init.elapsed().as_secs_f64() * 1e3;
         let first_epoch = prog.epochs_done;
         self.bars.window_started(w.index, first_epoch);
-        let fail = |error: TrainError, prog: &Progress| {
-            Box::new(WindowFailure {
-                error,
-                phases: prog.phases.clone(),
-                epochs: prog.epochs.clone(),
-            })
-        };
         for epoch in first_epoch..cfg.epochs {
             let mut clock = PhaseClock::new(&sync);
             if epoch == first_epoch {
@@ -526,7 +542,7 @@ impl WindowCtx<'_> {
                         )
                         .map_err(|e| fail(e, &prog))?,
                     ),
-                    Some((&g.arena, &mut g.ring, &mut g.sampler)),
+                    Some((&g.arena, &mut g.ring, &mut g.sampler, &mut g.engine)),
                 ),
                 None => (
                     Envs::Host(
@@ -544,6 +560,7 @@ impl WindowCtx<'_> {
             let dim = cfg.env.obs_dim(m.cols);
             let mut stats = Vec::new();
             let mut stat_steps = Vec::new();
+            let mut updates = 0usize;
             let learning_starts = cfg.learning_starts.max(dqn.batch_size);
             for step in 0..cfg.max_steps_per_epoch {
                 clock
@@ -562,10 +579,9 @@ impl WindowCtx<'_> {
                             }
                             #[cfg(feature = "cuda")]
                             Envs::Gpu(g) => {
-                                let actions = choose_actions(&agent, &g.obs, dim, eps, &seed);
-                                let (_, ring, _) =
+                                let (_, ring, _, engine) =
                                     device_side.as_mut().expect("device side with GPU envs");
-                                g.step(&actions, ring)?;
+                                g.step(engine, eps as f32, seed.seed, seed.counter(), ring)?;
                             }
                         }
                         agent.count_env_steps(cfg.envs as u64);
@@ -574,7 +590,7 @@ impl WindowCtx<'_> {
                     .map_err(|e| fail(e, &prog))?;
                 #[cfg(feature = "cuda")]
                 let available = match &device_side {
-                    Some((_, ring, sampler)) => sampler.transitions(ring, cfg.envs),
+                    Some((_, ring, sampler, _)) => sampler.transitions(ring, cfg.envs),
                     None => replay.len(),
                 };
                 #[cfg(not(feature = "cuda"))]
@@ -582,10 +598,12 @@ impl WindowCtx<'_> {
                 if available >= learning_starts {
                     let s = clock
                         .time(2, || -> Result<_, TrainError> {
+                            // On the GPU the statistics stay in the engine until the epoch ends.
                             #[cfg(feature = "cuda")]
-                            if let Some((arena, ring, sampler)) = device_side.as_mut() {
-                                let hb = sampler.sample(arena, ring, &cfg.env)?;
-                                return Ok(agent.learn(Batch::from_host(&hb, dim, device)));
+                            if let Some((arena, ring, sampler, engine)) = device_side.as_mut() {
+                                sampler.sample(arena, ring, &cfg.env)?;
+                                engine.learn(&sampler.batch)?;
+                                return Ok(None);
                             }
                             let hb = replay.sample(dqn.batch_size, agent.updates());
                             let s = agent.learn(Batch::from_host(&hb, dim, device));
@@ -596,16 +614,34 @@ impl WindowCtx<'_> {
                                     s.td_errors.clone().into_data().iter::<f32>().collect();
                                 replay.update_priorities(&hb.slots, &td);
                             }
-                            Ok(s)
+                            Ok(Some(s))
                         })
                         .map_err(|e| fail(e, &prog))?;
-                    clock.time(3, || agent.sync_target());
-                    stats.push(s);
+                    clock
+                        .time(3, || -> Result<(), TrainError> {
+                            #[cfg(feature = "cuda")]
+                            if let Some((.., engine)) = device_side.as_mut() {
+                                return Ok(engine.sync_target()?);
+                            }
+                            agent.sync_target();
+                            Ok(())
+                        })
+                        .map_err(|e| fail(e, &prog))?;
+                    stats.extend(s);
                     stat_steps.push(step);
+                    updates += 1;
                 }
             }
             drop(envs);
             // The one read of the epoch's statistics, and the check that they are finite.
+            #[cfg(feature = "cuda")]
+            let host = match device_side.as_mut() {
+                Some((.., engine)) => engine
+                    .take_stats()
+                    .map_err(|e| fail(TrainError::from(e), &prog))?,
+                None => read_stats::<B>(&stats),
+            };
+            #[cfg(not(feature = "cuda"))]
             let host = read_stats::<B>(&stats);
             if let Some(k) = host.iter().position(|s| s.iter().any(|v| !v.is_finite())) {
                 let names = ["loss", "mean Q", "mean |TD error|", "gradient norm"];
@@ -633,6 +669,12 @@ impl WindowCtx<'_> {
             }
             let val_report = clock
                 .time(4, || -> Result<_, TrainError> {
+                    // The engine's weights, read once per epoch, become the agent's: evaluation
+                    // and checkpoints work from it.
+                    #[cfg(feature = "cuda")]
+                    if let Some((.., engine)) = device_side.as_ref() {
+                        agent.import_state(&engine.state()?);
+                    }
                     let mut policy = AgentPolicy::new(&agent.online_net(), &cfg.env);
                     let r = backtest(
                         market,
@@ -651,7 +693,7 @@ impl WindowCtx<'_> {
                     Ok(r)
                 })
                 .map_err(|e| fail(e, &prog))?;
-            let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, stats.len());
+            let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, updates);
             if epoch == first_epoch {
                 pt.uploaded_bytes = uploaded;
                 #[cfg(feature = "cuda")]
@@ -882,6 +924,14 @@ struct ActionSeed {
     window: usize,
     epoch: usize,
     step: usize,
+}
+
+impl ActionSeed {
+    /// The draw's counter, unique per (window, epoch, step).
+    #[cfg(feature = "cuda")]
+    fn counter(&self) -> u64 {
+        ((self.window as u64) << 40) ^ ((self.epoch as u64) << 24) ^ self.step as u64
+    }
 }
 
 /// Epsilon-greedy actions for every environment: greedy from the online network, replaced with

@@ -214,3 +214,52 @@ fn a_non_finite_loss_fails_its_window_and_the_run_goes_on() {
     assert!(summary.contains("FAILED: window 1, epoch 0"), "{summary}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// On a GPU (feature `cuda`, FOXHUNT_GPU_TESTS=1): the device path (arena, GPU environments,
+/// device replay, fused engine) trains every window, keeps the phase structure of the CPU run,
+/// learns (finite statistics, weights that move the validation result), and is deterministic:
+/// the same seed gives the same reports.
+#[cfg(feature = "cuda")]
+#[test]
+fn on_the_gpu_the_fused_path_trains_and_repeats_itself_exactly() {
+    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() != Ok("1") {
+        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
+        return;
+    }
+    let cfg = TrainConfig {
+        device: DeviceChoice::Cuda,
+        ..small()
+    };
+    let (one, two) = (scratch("gpu-one"), scratch("gpu-two"));
+    let a = run(&cfg, &one, false, None).expect("GPU run");
+    let b = run(&cfg, &two, false, None).expect("GPU run again");
+    assert_eq!(a.device, "cuda");
+    assert_eq!(a.windows, b.windows, "same seed, same results on the GPU");
+    let on_cpu = scratch("gpu-cpu");
+    let cpu = run(&small(), &on_cpu, false, None).expect("CPU run");
+    // The device ring counts a step's transitions once its next row exists, the host replay
+    // at once: the first epoch may make one update fewer, the structure is the same.
+    let shape = |r: &foxhunt_trainer::RunReport| {
+        r.phases
+            .iter()
+            .map(|p| (p.window, p.epoch, p.updates > 0, p.uploaded_bytes > 0))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&a), shape(&cpu), "the CPU run's phase structure");
+    for w in &a.windows {
+        assert_eq!(w.status, WindowStatus::Ok);
+        for e in &w.epochs {
+            for v in [e.loss, e.mean_q, e.td_abs_mean, e.grad_norm] {
+                assert!(v.is_some_and(f32::is_finite), "{e:?}");
+            }
+        }
+        assert!(
+            w.epochs.windows(2).any(|p| p[0].val_pnl != p[1].val_pnl),
+            "training changes the policy: {:?}",
+            w.epochs
+        );
+    }
+    for d in [one, two, on_cpu] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
