@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use foxhunt_dqn::fused::FusedDqn;
 use foxhunt_dqn::{AgentState, DqnConfig};
 use foxhunt_env::EnvConfig;
@@ -16,6 +16,7 @@ use foxhunt_memory::{
 };
 
 use crate::TrainError;
+use crate::phase::DeviceMarks;
 
 /// The device side of a run: the pool of window buffers, reused from window to window.
 pub(crate) struct GpuRun {
@@ -142,5 +143,67 @@ impl<'a> GpuEnvs<'a> {
         engine.act(&self.env.obs, n, epsilon, seed, draw, &mut self.actions)?;
         self.env.step_record(&self.actions, ring)?;
         Ok(())
+    }
+}
+
+/// Phase boundaries as CUDA events on foxhunt-memory's stream: recording one costs a few
+/// microseconds and no wait; the events are made once and reused epoch after epoch.
+pub(crate) struct EventMarks {
+    stream: Arc<CudaStream>,
+    events: Vec<CudaEvent>,
+    used: usize,
+}
+
+impl EventMarks {
+    pub fn new(ctx: &GpuContext) -> Self {
+        Self {
+            stream: ctx.stream().clone(),
+            events: Vec::new(),
+            used: 0,
+        }
+    }
+}
+
+impl DeviceMarks for EventMarks {
+    fn restart(&mut self) {
+        self.used = 0;
+        self.mark();
+    }
+
+    fn mark(&mut self) {
+        if self.used == self.events.len() {
+            let flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
+            match self.stream.context().new_event(Some(flags)) {
+                Ok(e) => self.events.push(e),
+                Err(e) => {
+                    // A broken context fails the next launch with its own error; the phase
+                    // times just lose this mark.
+                    tracing::warn!("phase timing: cannot create a CUDA event: {e}");
+                    return;
+                }
+            }
+        }
+        if let Err(e) = self.events[self.used].record(&self.stream) {
+            tracing::warn!("phase timing: cannot record a CUDA event: {e}");
+            return;
+        }
+        self.used += 1;
+    }
+
+    fn intervals(&mut self) -> Vec<f64> {
+        let Some(last) = self.used.checked_sub(1) else {
+            return Vec::new();
+        };
+        if let Err(e) = self.events[last].synchronize() {
+            tracing::warn!("phase timing: {e}");
+            return Vec::new();
+        }
+        (1..self.used)
+            .map(|i| {
+                self.events[i - 1]
+                    .elapsed_ms(&self.events[i])
+                    .map_or(0.0, f64::from)
+            })
+            .collect()
     }
 }

@@ -1,8 +1,11 @@
 //! Phase-breakdown profiling: where an epoch's wall time goes (init, collect, train, sync, eval),
 //! logged as one line per epoch and kept for the run's report.
 //!
-//! On a GPU every phase boundary first waits for the device (`sync` below), so a phase is
-//! charged for the work it queued, not for the moment its launches returned.
+//! A phase is charged for the work it did, not for the moment its launches returned. Phases
+//! timed on the host wait for the device at their end (`sync` below). On the GPU, the phases of
+//! the step loop (collect, train, sync) are timed by device events instead ([`DeviceMarks`]):
+//! an event is recorded on the stream at each boundary and the intervals are read once, when
+//! the epoch ends, so the loop never waits for the device.
 
 use std::time::Instant;
 
@@ -65,9 +68,22 @@ impl PhaseTimes {
     }
 }
 
-/// Accumulates time per phase; `sync` waits for the device at each boundary.
+/// Timestamps recorded on a device's stream (CUDA events), read back in one go.
+pub trait DeviceMarks {
+    /// Starts a new series: forgets earlier marks and records the first one.
+    fn restart(&mut self);
+    /// Records a mark after all the work queued so far (does not wait).
+    fn mark(&mut self);
+    /// Milliseconds between consecutive marks of the series, in order (waits for the device).
+    fn intervals(&mut self) -> Vec<f64>;
+}
+
+/// Accumulates time per phase; `sync` waits for the device at each host-timed boundary.
 pub struct PhaseClock<'s> {
     sync: &'s dyn Fn(),
+    device: Option<&'s mut dyn DeviceMarks>,
+    /// Phases of the device marks recorded after the first, in order.
+    marked: Vec<usize>,
     start: Instant,
     totals: [f64; 5],
     charged: f64,
@@ -79,6 +95,8 @@ impl<'s> PhaseClock<'s> {
         sync();
         Self {
             sync,
+            device: None,
+            marked: Vec::new(),
             start: Instant::now(),
             totals: [0.0; 5],
             charged: 0.0,
@@ -94,14 +112,50 @@ impl<'s> PhaseClock<'s> {
         out
     }
 
+    /// Times [`PhaseClock::time_device`] phases with `marks` (the device is idle now: the
+    /// clock was just made).
+    pub fn with_device(mut self, marks: Option<&'s mut dyn DeviceMarks>) -> Self {
+        self.device = marks;
+        if let Some(m) = self.device.as_deref_mut() {
+            m.restart();
+        }
+        self
+    }
+
+    /// Runs `f`, which queues device work, as part of phase `phase`: timed by device marks when
+    /// the clock has them (no wait), else as [`PhaseClock::time`].
+    pub fn time_device<T>(&mut self, phase: usize, f: impl FnOnce() -> T) -> T {
+        let Some(m) = self.device.as_deref_mut() else {
+            return self.time(phase, f);
+        };
+        // Host work between the previous mark and this phase's launches is the device's idle
+        // time; it is charged to this phase, as a host clock would charge it.
+        let out = f();
+        m.mark();
+        self.marked.push(phase);
+        out
+    }
+
     /// Adds time measured elsewhere (the first epoch's arena build) to `phase`.
     pub fn charge(&mut self, phase: usize, ms: f64) {
         self.totals[phase] += ms;
         self.charged += ms;
     }
 
-    /// The breakdown so far; `total` is the clock's time plus what was charged to it.
-    pub fn finish(&self, window: usize, epoch: usize, steps: usize, updates: usize) -> PhaseTimes {
+    /// The breakdown so far; `total` is the clock's time plus what was charged to it. Reads the
+    /// device marks (waits for the device once).
+    pub fn finish(
+        &mut self,
+        window: usize,
+        epoch: usize,
+        steps: usize,
+        updates: usize,
+    ) -> PhaseTimes {
+        if let Some(m) = self.device.as_deref_mut() {
+            for (phase, ms) in self.marked.drain(..).zip(m.intervals()) {
+                self.totals[phase] += ms;
+            }
+        }
         let [init, collect, train, sync, eval] = self.totals;
         PhaseTimes {
             window,

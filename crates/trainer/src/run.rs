@@ -517,12 +517,21 @@ impl WindowCtx<'_> {
         };
         #[cfg(not(feature = "cuda"))]
         let gpu_win: Option<std::convert::Infallible> = gpu.map(|g| match *g {});
+        // The step loop's phases on the GPU are timed by events, not by waiting each step.
+        #[cfg(feature = "cuda")]
+        let mut gpu_marks = gpu_ctx.as_deref().map(crate::gpu_collect::EventMarks::new);
         drop(data);
         let init_ms = t_init.elapsed().as_secs_f64() * 1e3;
         let first_epoch = prog.epochs_done;
         self.bars.window_started(w.index, first_epoch);
         for epoch in first_epoch..cfg.epochs {
-            let mut clock = PhaseClock::new(&sync);
+            #[cfg(feature = "cuda")]
+            let marks = gpu_marks
+                .as_mut()
+                .map(|m| m as &mut dyn crate::phase::DeviceMarks);
+            #[cfg(not(feature = "cuda"))]
+            let marks = None;
+            let mut clock = PhaseClock::new(&sync).with_device(marks);
             if epoch == first_epoch {
                 clock.charge(0, init_ms);
             }
@@ -564,7 +573,7 @@ impl WindowCtx<'_> {
             let learning_starts = cfg.learning_starts.max(dqn.batch_size);
             for step in 0..cfg.max_steps_per_epoch {
                 clock
-                    .time(1, || -> Result<(), TrainError> {
+                    .time_device(1, || -> Result<(), TrainError> {
                         let eps = agent.epsilon();
                         let seed = ActionSeed {
                             seed: cfg.seed,
@@ -597,7 +606,7 @@ impl WindowCtx<'_> {
                 let available = replay.len();
                 if available >= learning_starts {
                     let s = clock
-                        .time(2, || -> Result<_, TrainError> {
+                        .time_device(2, || -> Result<_, TrainError> {
                             // On the GPU the statistics stay in the engine until the epoch ends.
                             #[cfg(feature = "cuda")]
                             if let Some((arena, ring, sampler, engine)) = device_side.as_mut() {
@@ -618,7 +627,7 @@ impl WindowCtx<'_> {
                         })
                         .map_err(|e| fail(e, &prog))?;
                     clock
-                        .time(3, || -> Result<(), TrainError> {
+                        .time_device(3, || -> Result<(), TrainError> {
                             #[cfg(feature = "cuda")]
                             if let Some((.., engine)) = device_side.as_mut() {
                                 return Ok(engine.sync_target()?);

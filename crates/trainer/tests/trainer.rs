@@ -246,6 +246,16 @@ fn on_the_gpu_the_fused_path_trains_and_repeats_itself_exactly() {
             .collect::<Vec<_>>()
     };
     assert_eq!(shape(&a), shape(&cpu), "the CPU run's phase structure");
+    // The step loop's phases are timed by device events: present, and within the epoch's
+    // wall time.
+    for p in &a.phases {
+        let sum: f64 = p.values().iter().sum();
+        assert!(p.collect > 0.0 && p.train > 0.0 && p.sync > 0.0, "{p}");
+        assert!(
+            sum <= p.total + 1e-6,
+            "phases {sum} ms exceed the epoch's {p}"
+        );
+    }
     for w in &a.windows {
         assert_eq!(w.status, WindowStatus::Ok);
         for e in &w.epochs {
