@@ -189,7 +189,6 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
     name: &str,
     updates: usize,
 ) -> Result<()> {
-    use foxhunt_dqn::replay::{Replay, Transition};
     use foxhunt_dqn::{Batch, DqnAgent, DqnConfig};
     println!(
         "bench dqn: {name}, obs 32, hidden 128x128, 3 actions, {updates} timed updates per batch size"
@@ -206,19 +205,7 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
             ..DqnConfig::default()
         };
         let mut agent = DqnAgent::<B>::new(cfg, device)?;
-        let mut replay = Replay::new(4096, 1, None);
-        for k in 0..4096u32 {
-            let x = |j: u32| {
-                ((k.wrapping_mul(2654435761) ^ j.wrapping_mul(40503)) % 1000) as f32 / 500.0 - 1.0
-            };
-            replay.push(Transition {
-                obs: (0..32).map(x).collect(),
-                action: (k % 3) as u8,
-                ret: x(99),
-                next_obs: (32..64).map(x).collect(),
-                discount: 0.99,
-            });
-        }
+        let mut replay = bench_replay();
         // Batches are uploaded before timing: the benchmark times the update, not the sampling.
         let batches: Vec<Batch<B>> = (0..16)
             .map(|u| Batch::from_host(&replay.sample(batch, u), 32, device))
@@ -261,12 +248,31 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
     Ok(())
 }
 
+/// 4096 deterministic transitions of 32-float observations, 3 actions: what both DQN benches
+/// sample their batches from.
+fn bench_replay() -> foxhunt_dqn::replay::Replay {
+    use foxhunt_dqn::replay::{Replay, Transition};
+    let mut replay = Replay::new(4096, 1, None);
+    for k in 0..4096u32 {
+        let x = |j: u32| {
+            ((k.wrapping_mul(2654435761) ^ j.wrapping_mul(40503)) % 1000) as f32 / 500.0 - 1.0
+        };
+        replay.push(Transition {
+            obs: (0..32).map(x).collect(),
+            action: (k % 3) as u8,
+            ret: x(99),
+            next_obs: (32..64).map(x).collect(),
+            discount: 0.99,
+        });
+    }
+    replay
+}
+
 /// The fused engine on the same shapes and data as [`dqn_on`], in the same run: one update
 /// (learn + target update) synchronized each time, and a pipelined run synchronized at the end.
 #[cfg(feature = "cuda")]
 fn dqn_fused(updates: usize) -> Result<()> {
     use foxhunt_dqn::fused::FusedDqn;
-    use foxhunt_dqn::replay::{Replay, Transition};
     use foxhunt_dqn::{CpuBackend, DqnAgent, DqnConfig};
     let ctx = foxhunt_memory::GpuContext::new(0)?;
     println!("bench dqn: cuda (foxhunt fused engine), same shapes, {updates} timed updates");
@@ -282,19 +288,7 @@ fn dqn_fused(updates: usize) -> Result<()> {
         };
         let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
         let mut engine = FusedDqn::new(&ctx, &cfg, &agent.export_state(), 2 * updates + 40)?;
-        let mut replay = Replay::new(4096, 1, None);
-        for k in 0..4096u32 {
-            let x = |j: u32| {
-                ((k.wrapping_mul(2654435761) ^ j.wrapping_mul(40503)) % 1000) as f32 / 500.0 - 1.0
-            };
-            replay.push(Transition {
-                obs: (0..32).map(x).collect(),
-                action: (k % 3) as u8,
-                ret: x(99),
-                next_obs: (32..64).map(x).collect(),
-                discount: 0.99,
-            });
-        }
+        let mut replay = bench_replay();
         let ring = foxhunt_memory::DeviceReplay::new(&ctx, 1, 2)?;
         let s = ctx.stream();
         let mut batches = Vec::new();

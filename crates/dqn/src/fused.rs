@@ -55,20 +55,10 @@ struct Layout {
 impl Layout {
     fn of(cfg: &DqnConfig) -> Self {
         let mut at = 0u64;
-        let mut dense = |d_in: usize, d_out: usize| {
-            let d = Dense {
-                w: at,
-                b: at + (d_in * d_out) as u64,
-                d_in: d_in as u32,
-                d_out: d_out as u32,
-            };
-            at = d.b + d_out as u64;
-            d
-        };
         let mut width = cfg.obs_dim;
         let mut hidden = Vec::new();
         for &h in &cfg.hidden {
-            hidden.push(dense(width, h));
+            hidden.push(Dense::at(&mut at, width, h));
             width = h;
         }
         let mut norms = Vec::new();
@@ -78,18 +68,8 @@ impl Layout {
                 at += 2 * h as u64;
             }
         }
-        let mut dense = |d_in: usize, d_out: usize| {
-            let d = Dense {
-                w: at,
-                b: at + (d_in * d_out) as u64,
-                d_in: d_in as u32,
-                d_out: d_out as u32,
-            };
-            at = d.b + d_out as u64;
-            d
-        };
-        let head = dense(width, cfg.actions);
-        let value = cfg.dueling.then(|| dense(width, 1));
+        let head = Dense::at(&mut at, width, cfg.actions);
+        let value = cfg.dueling.then(|| Dense::at(&mut at, width, 1));
         Self {
             hidden,
             norms,
@@ -97,6 +77,20 @@ impl Layout {
             value,
             total: at as usize,
         }
+    }
+}
+
+impl Dense {
+    /// A `[d_in, d_out]` layer placed at `*at`, which moves past it.
+    fn at(at: &mut u64, d_in: usize, d_out: usize) -> Self {
+        let d = Self {
+            w: *at,
+            b: *at + (d_in * d_out) as u64,
+            d_in: d_in as u32,
+            d_out: d_out as u32,
+        };
+        *at = d.b + d_out as u64;
+        d
     }
 }
 
