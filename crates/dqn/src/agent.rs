@@ -277,20 +277,7 @@ impl<B: AutodiffBackend> DqnAgent<B> {
             .online
             .take()
             .expect("online network is present between updates");
-        let q = online
-            .forward(batch.obs)
-            .gather(1, batch.actions.unsqueeze_dim(1))
-            .squeeze_dim::<1>(1);
-        let next = batch.next_obs.inner();
-        let y = td_targets(
-            online.valid().forward(next.clone()),
-            self.target.forward(next),
-            batch.returns.inner(),
-            batch.discounts.inner(),
-            self.cfg.double,
-        );
-        let td = q.clone() - Tensor::from_inner(y);
-        let loss = (td_loss(td.clone(), self.cfg.loss) * batch.weights).mean();
+        let (loss, q, td) = batch_loss(&online, &self.target, batch, &self.cfg);
         let mut grads = GradientsParams::from_grads(loss.backward(), &online);
         let grad_norm = global_norm::<B>(&online, &grads);
         if let Some(max) = self.cfg.grad_clip {
@@ -312,6 +299,28 @@ impl<B: AutodiffBackend> DqnAgent<B> {
             grad_norm,
             td_errors: td,
         }
+    }
+
+    /// The gradient of [`DqnAgent::learn`]'s loss on `batch` with respect to every parameter of
+    /// the online network as it is now, before clipping, flat in [`AgentState`] order. Reads the
+    /// device; for checks (the fused engine's test compares its backward pass with this).
+    pub fn gradients(&self, batch: Batch<B>) -> Vec<f32> {
+        struct Flat<'a>(&'a GradientsParams, Vec<f32>);
+        impl<B: AutodiffBackend> ModuleVisitor<B> for Flat<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                let g = self
+                    .0
+                    .get::<B::InnerBackend, D>(param.id)
+                    .expect("every parameter takes part in the loss");
+                self.1.extend(g.into_data().iter::<f32>());
+            }
+        }
+        let online = self.online();
+        let (loss, _, _) = batch_loss(online, &self.target, batch, &self.cfg);
+        let grads = GradientsParams::from_grads(loss.backward(), online);
+        let mut f = Flat(&grads, Vec::new());
+        online.visit(&mut f);
+        f.1
     }
 
     /// Parts for checkpoints.
@@ -359,6 +368,31 @@ pub(crate) struct Parts<'a, B: AutodiffBackend> {
     pub optim: &'a OptimizerAdaptor<Adam, QNetwork<B>, B>,
     pub updates: u64,
     pub env_steps: u64,
+}
+
+/// The mean weighted TD loss of `batch` (`[1]`, tracked for gradients through `online`), the
+/// online Q-values of the taken actions and the TD errors (`[batch]` each).
+fn batch_loss<B: AutodiffBackend>(
+    online: &QNetwork<B>,
+    target: &QNetwork<B::InnerBackend>,
+    batch: Batch<B>,
+    cfg: &DqnConfig,
+) -> (Tensor<B, 1>, Tensor<B, 1>, Tensor<B, 1>) {
+    let q = online
+        .forward(batch.obs)
+        .gather(1, batch.actions.unsqueeze_dim(1))
+        .squeeze_dim::<1>(1);
+    let next = batch.next_obs.inner();
+    let y = td_targets(
+        online.valid().forward(next.clone()),
+        target.forward(next),
+        batch.returns.inner(),
+        batch.discounts.inner(),
+        cfg.double,
+    );
+    let td = q.clone() - Tensor::from_inner(y);
+    let loss = (td_loss(td.clone(), cfg.loss) * batch.weights).mean();
+    (loss, q, td)
 }
 
 /// sqrt(sum of squared gradients over every parameter), `[1]`, on the device.

@@ -573,13 +573,11 @@ impl FusedDqn {
             0 => &batch.obs,
             n => &train.a[n - 1],
         };
-        let mut heads = vec![(layout.head, head_dy)];
-        if let Some(v) = layout.value {
-            heads.push((v, &bwd.dv));
-        }
-        for (i, (d, dy)) in heads.iter().enumerate() {
+        let heads =
+            std::iter::once((layout.head, head_dy)).chain(layout.value.map(|v| (v, &bwd.dv)));
+        for (i, (d, dy)) in heads.enumerate() {
             let mut b = stream.launch_builder(&k.dense_bwd_params);
-            b.arg(last_x).arg(*dy).arg(&mut *grads).arg(&d.w).arg(&d.b);
+            b.arg(last_x).arg(dy).arg(&mut *grads).arg(&d.w).arg(&d.b);
             b.arg(&rows).arg(&d.d_in).arg(&d.d_out);
             // SAFETY: dense_bwd_params(x, dy, grads, w_off, b_off, rows, d_in, d_out): x holds
             // batch * d_in floats, dy batch * d_out, grads the whole vector the offsets index;
@@ -589,7 +587,7 @@ impl FusedDqn {
             if n_hidden > 0 {
                 let acc = i32::from(i > 0);
                 let mut b = stream.launch_builder(&k.dense_bwd_input);
-                b.arg(*dy).arg(p).arg(&d.w).arg(&mut bwd.da[n_hidden - 1]);
+                b.arg(dy).arg(p).arg(&d.w).arg(&mut bwd.da[n_hidden - 1]);
                 b.arg(&rows).arg(&d.d_in).arg(&d.d_out).arg(&acc);
                 // SAFETY: dense_bwd_input(dy, p, w_off, dx, rows, d_in, d_out, acc): dx holds
                 // batch * d_in floats (the last hidden layer's width); one thread per entry.
@@ -720,8 +718,12 @@ impl FusedDqn {
         if self.stat_rows == 0 {
             return Ok(Vec::new());
         }
-        let all = self.ctx.stream().clone_dtoh(&self.stats).map_err(dev)?;
-        let rows = all[..self.stat_rows * 4]
+        let written = self.stats.slice(0..self.stat_rows * 4);
+        let rows = self
+            .ctx
+            .stream()
+            .clone_dtoh(&written)
+            .map_err(dev)?
             .chunks_exact(4)
             .map(|c| [c[0], c[1], c[2], c[3]])
             .collect();

@@ -347,7 +347,16 @@ fn reported_grad_norm_is_the_norm_before_clipping_and_stats_are_sane() {
     };
     let b = &fixed_batches(8, 1)[0];
     let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
+    // The gradient the agent exposes for checks is the one its update takes the norm of.
+    let g = a.gradients(Batch::from_host(b, 8, &dev()));
+    assert_eq!(g.len(), a.num_params());
+    let norm = g.iter().map(|v| v * v).sum::<f32>().sqrt();
     let stats = a.train_step(Batch::from_host(b, 8, &dev())).to_host();
+    assert!(
+        (norm - stats.grad_norm).abs() <= 1e-5 * norm,
+        "{norm} vs {}",
+        stats.grad_norm
+    );
     assert!(
         stats.grad_norm > 1e-3,
         "the norm before clipping is reported: {}",

@@ -61,47 +61,6 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// burn's gradient of the agent's loss on `hb` with the agent's current networks, flattened in
-/// parameter order: what the engine's backward pass must compute.
-fn burn_gradients(agent: &DqnAgent<B>, hb: &HostBatch) -> Vec<f32> {
-    use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
-    use burn::optim::GradientsParams;
-    use foxhunt_dqn::agent::{td_loss, td_targets};
-    let cfg = agent.config();
-    let dev = Default::default();
-    let batch = Batch::<B>::from_host(hb, cfg.obs_dim, &dev);
-    let online = agent.online_net();
-    let online = <foxhunt_dqn::QNetwork<B> as AutodiffModule<B>>::from_inner(online);
-    let q = online
-        .forward(batch.obs)
-        .gather(1, batch.actions.unsqueeze_dim(1))
-        .squeeze_dim::<1>(1);
-    let next = batch.next_obs.inner();
-    let y = td_targets(
-        online.valid().forward(next.clone()),
-        agent.target_net().forward(next),
-        batch.returns.inner(),
-        batch.discounts.inner(),
-        cfg.double,
-    );
-    let td = q - Tensor::from_inner(y);
-    let loss = (td_loss(td, cfg.loss) * batch.weights).mean();
-    let grads = GradientsParams::from_grads(loss.backward(), &online);
-    struct Flat<'a>(&'a GradientsParams, Vec<f32>);
-    impl ModuleVisitor<B> for Flat<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let g = self
-                .0
-                .get::<burn::backend::NdArray<f32>, D>(param.id)
-                .expect("every parameter has a gradient");
-            self.1.extend(g.into_data().iter::<f32>());
-        }
-    }
-    let mut f = Flat(&grads, Vec::new());
-    online.visit(&mut f);
-    f.1
-}
-
 #[test]
 fn fused_updates_follow_the_burn_agent() {
     let Some(ctx) = gpu() else { return };
@@ -180,7 +139,7 @@ fn fused_updates_follow_the_burn_agent() {
             // are compared on the same weights.
             let want_grads = (u < 3).then(|| {
                 fused.load(&agent.export_state()).expect("load");
-                burn_gradients(&agent, hb)
+                agent.gradients(Batch::from_host(hb, cfg.obs_dim, &dev))
             });
             fused.learn(&db).expect("learn");
             // The backward pass, on the same weights: within f32 rounding of burn's gradient.

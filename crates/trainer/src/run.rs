@@ -170,30 +170,23 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             bars: &bars,
         };
         let outcome = match device {
-            Resolved::Cpu => ctx.train::<CpuBackend>(
-                &Default::default(),
-                &mut pool,
-                gpu_run.as_mut(),
-                &mut budget,
-            ),
-            // The fused engine trains on the device; the burn agent beside it only holds the
-            // state between epochs (checkpoints, evaluation), which the CPU backend does best.
+            // CUDA without the fused engine (prioritized replay): the agent trains on burn-cuda.
             #[cfg(feature = "cuda")]
-            Resolved::Cuda if gpu_run.is_some() => ctx.train::<CpuBackend>(
+            Resolved::Cuda if gpu_run.is_none() => ctx.train::<foxhunt_dqn::CudaBackend>(
+                &Default::default(),
+                &mut pool,
+                None,
+                &mut budget,
+            ),
+            // The CPU; or CUDA with the fused engine training on the device, where the burn
+            // agent beside it only holds the state between epochs (checkpoints, evaluation),
+            // which the CPU backend does best.
+            _ => ctx.train::<CpuBackend>(
                 &Default::default(),
                 &mut pool,
                 gpu_run.as_mut(),
                 &mut budget,
             ),
-            #[cfg(feature = "cuda")]
-            Resolved::Cuda => ctx.train::<foxhunt_dqn::CudaBackend>(
-                &Default::default(),
-                &mut pool,
-                gpu_run.as_mut(),
-                &mut budget,
-            ),
-            #[cfg(not(feature = "cuda"))]
-            Resolved::Cuda => unreachable!("resolve_device never picks CUDA without the feature"),
         };
         let (report, window_phases) = match outcome.map_err(|f| *f) {
             Ok(o) => {
@@ -515,8 +508,6 @@ impl WindowCtx<'_> {
             ),
             None => None,
         };
-        #[cfg(not(feature = "cuda"))]
-        let gpu_win: Option<std::convert::Infallible> = gpu.map(|g| match *g {});
         // The step loop's phases on the GPU are timed by events, not by waiting each step.
         #[cfg(feature = "cuda")]
         let mut gpu_marks = gpu_ctx.as_deref().map(crate::gpu_collect::EventMarks::new);
@@ -569,7 +560,6 @@ impl WindowCtx<'_> {
             let dim = cfg.env.obs_dim(m.cols);
             let mut stats = Vec::new();
             let mut stat_steps = Vec::new();
-            let mut updates = 0usize;
             let learning_starts = cfg.learning_starts.max(dqn.batch_size);
             for step in 0..cfg.max_steps_per_epoch {
                 clock
@@ -638,7 +628,6 @@ impl WindowCtx<'_> {
                         .map_err(|e| fail(e, &prog))?;
                     stats.extend(s);
                     stat_steps.push(step);
-                    updates += 1;
                 }
             }
             drop(envs);
@@ -702,7 +691,7 @@ impl WindowCtx<'_> {
                     Ok(r)
                 })
                 .map_err(|e| fail(e, &prog))?;
-            let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, updates);
+            let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, stat_steps.len());
             if epoch == first_epoch {
                 pt.uploaded_bytes = uploaded;
                 #[cfg(feature = "cuda")]
@@ -733,7 +722,7 @@ impl WindowCtx<'_> {
             let stop = *budget == Some(0) && epoch + 1 < cfg.epochs;
             let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
             if stop || (due && epoch + 1 < cfg.epochs) {
-                self.save_progress(&agent, gpu_win.is_none().then_some(&replay), &prog)
+                self.save_progress(&agent, (!on_gpu).then_some(&replay), &prog)
                     .map_err(|e| fail(e, &prog))?;
             }
             if stop {
@@ -937,7 +926,6 @@ struct ActionSeed {
 
 impl ActionSeed {
     /// The draw's counter, unique per (window, epoch, step).
-    #[cfg(feature = "cuda")]
     fn counter(&self) -> u64 {
         ((self.window as u64) << 40) ^ ((self.epoch as u64) << 24) ^ self.step as u64
     }
@@ -958,8 +946,7 @@ fn choose_actions<B: AutodiffBackend>(
         agent.q_values(Tensor::<B::InnerBackend, 1>::from_floats(obs, device).reshape([n, dim]));
     let greedy = q.argmax(1).into_data();
     let actions = agent.config().actions as u64;
-    let base =
-        mix64(s.seed ^ mix64(((s.window as u64) << 40) ^ ((s.epoch as u64) << 24) ^ s.step as u64));
+    let base = mix64(s.seed ^ mix64(s.counter()));
     greedy
         .iter::<i64>()
         .enumerate()
