@@ -274,7 +274,7 @@ fn bench_replay() -> foxhunt_dqn::replay::Replay {
 fn dqn_fused(updates: usize) -> Result<()> {
     use foxhunt_dqn::fused::FusedDqn;
     use foxhunt_dqn::{CpuBackend, DqnAgent, DqnConfig};
-    let ctx = foxhunt_memory::GpuContext::new(0)?;
+    let ctx = foxhunt_gpu::GpuContext::new(0)?;
     println!("bench dqn: cuda (foxhunt fused engine), same shapes, {updates} timed updates");
     println!(
         "{:>9} {:>6} {:>14} {:>14} {:>14}",
@@ -289,19 +289,21 @@ fn dqn_fused(updates: usize) -> Result<()> {
         let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
         let mut engine = FusedDqn::new(&ctx, &cfg, &agent.export_state(), 2 * updates + 40)?;
         let mut replay = bench_replay();
-        let ring = foxhunt_memory::DeviceReplay::new(&ctx, 1, 2)?;
-        let s = ctx.stream();
         let mut batches = Vec::new();
         for u in 0..16 {
             let hb = replay.sample(batch, u);
-            let mut b = ring.batch_buffers(batch, 32)?;
-            let acts: Vec<i32> = hb.actions.iter().map(|&a| a as i32).collect();
-            s.memcpy_htod(&hb.obs, &mut b.obs)?;
-            s.memcpy_htod(&acts, &mut b.actions)?;
-            s.memcpy_htod(&hb.returns, &mut b.returns)?;
-            s.memcpy_htod(&hb.next_obs, &mut b.next_obs)?;
-            s.memcpy_htod(&hb.discounts, &mut b.discounts)?;
-            s.memcpy_htod(&hb.weights, &mut b.weights)?;
+            let mut b = foxhunt_gpu::DeviceBatch::new(&ctx, batch, 32)?;
+            b.upload(
+                &ctx,
+                &foxhunt_gpu::HostBatchParts {
+                    obs: hb.obs,
+                    actions: hb.actions.iter().map(|&a| a as i32).collect(),
+                    returns: hb.returns,
+                    next_obs: hb.next_obs,
+                    discounts: hb.discounts,
+                    weights: hb.weights,
+                },
+            )?;
             batches.push(b);
         }
         let mut step = |i: usize| -> Result<()> {
@@ -312,23 +314,23 @@ fn dqn_fused(updates: usize) -> Result<()> {
         for i in 0..20 {
             step(i)?;
         }
-        s.synchronize()?;
+        ctx.synchronize()?;
         let mut each = Vec::with_capacity(updates);
         for i in 0..updates {
             let t0 = Instant::now();
             step(i)?;
-            s.synchronize()?;
+            ctx.synchronize()?;
             each.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         let t0 = Instant::now();
         for i in 0..updates {
             step(i)?;
         }
-        s.synchronize()?;
+        ctx.synchronize()?;
         let pipelined = t0.elapsed().as_secs_f64() * 1e6 / updates as f64;
         let stats = engine.take_stats()?;
         anyhow::ensure!(
-            stats.iter().all(|r| r.iter().all(|v| v.is_finite())),
+            stats.iter().all(|r| r.first_non_finite().is_none()),
             "non-finite statistics"
         );
         let (med, min) = summarize(&mut each);
@@ -345,11 +347,11 @@ fn dqn_fused(updates: usize) -> Result<()> {
 /// from host clocks around K steps with a stream synchronize at both ends.
 #[cfg(feature = "cuda")]
 pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
-    use foxhunt_memory::{DevicePool, DeviceReplay, GpuContext, GpuVecEnv, SampleSpec, WindowData};
+    use foxhunt_gpu::{DeviceBatch, GpuContext};
+    use foxhunt_memory::{DevicePool, DeviceReplay, GpuVecEnv, SampleSpec, WindowData};
     let (m, cfg, exec) = bench_market(root)?;
     let dim = cfg.obs_dim(m.cols);
     let ctx = GpuContext::new(0)?;
-    let stream = ctx.stream().clone();
     println!(
         "bench gpu-env: {} on device 0, bundled ES data ({} rows x {} features), {envs} environments x {steps} steps, obs {dim} floats, {reps} repetitions",
         ctx.arch(),
@@ -367,10 +369,10 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
     let (mut fresh, mut reused) = (Vec::new(), Vec::new());
     let mut bytes = 0;
     for rep in 0..=reps {
-        stream.synchronize()?;
+        ctx.synchronize()?;
         let t0 = Instant::now();
         let arena = pool.window(&data)?;
-        stream.synchronize()?;
+        ctx.synchronize()?;
         let s = t0.elapsed().as_secs_f64();
         bytes = arena.uploaded_bytes();
         if rep == 0 {
@@ -380,13 +382,13 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
         }
     }
     let big = vec![1u8; 256 << 20];
-    let mut dst = stream.alloc_zeros::<u8>(big.len())?;
+    let mut dst = ctx.alloc::<u8>(big.len())?;
     let mut reference = Vec::new();
     for _ in 0..reps.max(3) {
-        stream.synchronize()?;
+        ctx.synchronize()?;
         let t0 = Instant::now();
-        stream.memcpy_htod(&big, &mut dst)?;
-        stream.synchronize()?;
+        ctx.write(&mut dst, &big)?;
+        ctx.synchronize()?;
         reference.push(big.len() as f64 / t0.elapsed().as_secs_f64() / 1e9);
     }
     let (ref_median, _) = summarize(&mut reference);
@@ -458,7 +460,7 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
         seed: 1,
     };
     for batch in [64usize, 1024] {
-        let mut out = replay.batch_buffers(batch, dim)?;
+        let mut out = DeviceBatch::new(&ctx, batch, dim)?;
         let mut us = Vec::new();
         for rep in 0..=reps {
             env.synchronize()?;

@@ -1,6 +1,4 @@
-//! Writes bars of several contracts as one Databento ohlcv-1m DBN file (zstd), atomically.
-
-use std::path::Path;
+//! Encodes bars of several contracts as one Databento ohlcv-1m DBN file (zstd).
 
 use anyhow::{Context, Result};
 use dbn::encode::EncodeRecord;
@@ -80,15 +78,4 @@ pub fn encode(contracts: &[ContractOut<'_>]) -> Result<Vec<u8>> {
         encoder.encode_records(&records)?;
     } // dropping the encoder finishes the zstd frame
     Ok(out)
-}
-
-/// Writes `bytes` to `path` through a temporary file and a rename, so that a crash never leaves
-/// a half-written file where a good one was.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().context("path has no parent directory")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = path.with_extension("tmp-write");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-    Ok(())
 }

@@ -171,7 +171,7 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
         println!();
     }
     let path: PathBuf = root.join("target/profile.json");
-    crate::dbn_out::write_atomic(&path, &serde_json::to_vec_pretty(&profile)?)?;
+    foxhunt_fs::write_atomic(&path, &serde_json::to_vec_pretty(&profile)?)?;
     println!(
         "\nwrote {} (run directory {})",
         path.display(),

@@ -14,7 +14,8 @@ use jiff::tz::TimeZone;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 
-use crate::dbn_out::{ContractOut, encode, write_atomic};
+use crate::dbn_out::{ContractOut, encode};
+use foxhunt_fs::write_atomic;
 
 const TICK: f64 = 0.25;
 const SESSION_MINUTES: i64 = 23 * 60;

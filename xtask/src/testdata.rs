@@ -11,7 +11,8 @@ use foxhunt_data::read::{Format, LoadOptions, load_path};
 use foxhunt_data::symbol::ContractCode;
 use sha2::{Digest, Sha256};
 
-use crate::dbn_out::{ContractOut, encode, write_atomic};
+use crate::dbn_out::{ContractOut, encode};
+use foxhunt_fs::write_atomic;
 
 const SOURCE: &str = "\
 ES.FUT 1-minute bars in Databento Binary Encoding (ohlcv-1m, zstd), in two labelled parts.

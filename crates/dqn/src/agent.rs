@@ -61,6 +61,39 @@ pub struct TrainStats<B: Backend> {
     pub td_errors: Tensor<B, 1>,
 }
 
+/// One update's statistics on the host: what the trainer logs, checks and reports per epoch.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct UpdateStats {
+    /// Mean weighted loss.
+    pub loss: f32,
+    /// Mean Q of the chosen actions.
+    pub mean_q: f32,
+    /// Mean |TD error|.
+    pub td_abs_mean: f32,
+    /// Gradient norm before clipping.
+    pub grad_norm: f32,
+}
+
+impl UpdateStats {
+    /// The statistics with their names, in report order.
+    pub fn named(&self) -> [(&'static str, f32); 4] {
+        [
+            ("loss", self.loss),
+            ("mean Q", self.mean_q),
+            ("mean |TD error|", self.td_abs_mean),
+            ("gradient norm", self.grad_norm),
+        ]
+    }
+
+    /// The name of the first statistic that is not finite.
+    pub fn first_non_finite(&self) -> Option<&'static str> {
+        self.named()
+            .into_iter()
+            .find(|(_, v)| !v.is_finite())
+            .map(|(n, _)| n)
+    }
+}
+
 /// [`TrainStats`] read to the host.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct HostStats {

@@ -5,8 +5,7 @@
 //! header (config, updates, env steps), and the online, target and optimizer records in burn's
 //! binary recorder format at full precision.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::module::Module;
 use burn::optim::Optimizer;
@@ -65,24 +64,8 @@ pub fn save<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<(), 
         bytes.extend_from_slice(&(p.len() as u64).to_le_bytes());
         bytes.extend_from_slice(p);
     }
-    let tmp: PathBuf = {
-        let mut name = path
-            .file_name()
-            .ok_or_else(|| err(path, "not a file path"))?
-            .to_os_string();
-        name.push(".tmp");
-        path.with_file_name(name)
-    };
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(path, format!("cannot write: {e}"))
-    })
+    foxhunt_fs::write_atomic(path, &bytes)
+        .map_err(|e| err(path, format!("cannot {}: {}", e.what, e.source)))
 }
 
 /// Reads a checkpoint written by [`save`] for exactly `cfg`; anything else is an error that

@@ -16,8 +16,11 @@ pub enum DqnError {
         /// What is wrong.
         message: String,
     },
-    /// The fused CUDA engine cannot run: no CUDA, a failed launch, or a configuration it does
-    /// not implement.
+    /// The device refused the fused engine's work (no CUDA, the driver, a kernel module).
     #[error("fused CUDA engine: {0}")]
-    Device(String),
+    Gpu(#[from] foxhunt_gpu::GpuError),
+    /// The fused engine was asked for something it does not implement, or given buffers of
+    /// the wrong size.
+    #[error("fused CUDA engine: {0}")]
+    Engine(String),
 }

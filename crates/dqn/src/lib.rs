@@ -6,22 +6,24 @@
 //! update per [`DqnAgent::train_step`] (double or vanilla targets, n-step returns, Huber or MSE,
 //! gradient-norm clipping, Adam with a learning-rate schedule, hard or Polyak target updates);
 //! [`replay`] is the host replay (uniform or prioritized); [`checkpoint`] saves and loads it all.
-//! With the `cuda` feature, [`fused`] is the same learning rule as foxhunt's own CUDA kernels over
+//! With the `cuda` feature, `fused` is the same learning rule as foxhunt's own CUDA kernels over
 //! device buffers (no host round trip per step); it trades state with a [`DqnAgent`] through
-//! [`AgentState`].
+//! [`AgentState`]. [`explore`] is the epsilon-greedy rule both draw their exploration with.
 
 pub mod agent;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
-// Kernel launches are unsafe FFI; each carries a SAFETY comment. The rest of the crate has none.
+pub mod explore;
+// Kernel launches are `unsafe` (foxhunt-gpu's `Launch::run`); each carries a SAFETY comment. The
+// rest of the crate has none.
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 pub mod fused;
 pub mod model;
 pub mod replay;
 
-pub use agent::{AgentState, Batch, DqnAgent, HostStats, TrainStats};
+pub use agent::{AgentState, Batch, DqnAgent, HostStats, TrainStats, UpdateStats};
 pub use config::DqnConfig;
 pub use error::DqnError;
 pub use model::QNetwork;

@@ -10,16 +10,13 @@ use foxhunt_dqn::config::{Activation, Loss, LrSchedule, TargetUpdate};
 use foxhunt_dqn::fused::FusedDqn;
 use foxhunt_dqn::replay::{HostBatch, Replay, Transition};
 use foxhunt_dqn::{AgentState, Batch, CpuBackend, DqnAgent, DqnConfig};
-use foxhunt_memory::{DeviceBatch, DeviceReplay, GpuContext};
+use foxhunt_gpu::{DeviceBatch, GpuContext, HostBatchParts};
 
 type B = CpuBackend;
 
 fn gpu() -> Option<Arc<GpuContext>> {
-    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
-        return None;
-    }
-    Some(GpuContext::new(0).unwrap_or_else(|e| panic!("FOXHUNT_GPU_TESTS=1 but {e}")))
+    foxhunt_testkit::gpu_tests()
+        .then(|| GpuContext::new(0).unwrap_or_else(|e| panic!("FOXHUNT_GPU_TESTS=1 but {e}")))
 }
 
 /// Batches from a replay of deterministic transitions (terminal ones included: discount 0).
@@ -39,18 +36,15 @@ fn batches(dim: usize, actions: u32, batch: usize, count: usize) -> Vec<HostBatc
 }
 
 fn upload(ctx: &GpuContext, hb: &HostBatch, out: &mut DeviceBatch) {
-    let s = ctx.stream();
-    let actions: Vec<i32> = hb.actions.iter().map(|&a| a as i32).collect();
-    s.memcpy_htod(&hb.obs, &mut out.obs).expect("obs");
-    s.memcpy_htod(&actions, &mut out.actions).expect("actions");
-    s.memcpy_htod(&hb.returns, &mut out.returns)
-        .expect("returns");
-    s.memcpy_htod(&hb.next_obs, &mut out.next_obs)
-        .expect("next obs");
-    s.memcpy_htod(&hb.discounts, &mut out.discounts)
-        .expect("discounts");
-    s.memcpy_htod(&hb.weights, &mut out.weights)
-        .expect("weights");
+    let parts = HostBatchParts {
+        obs: hb.obs.clone(),
+        actions: hb.actions.iter().map(|&a| a as i32).collect(),
+        returns: hb.returns.clone(),
+        next_obs: hb.next_obs.clone(),
+        discounts: hb.discounts.clone(),
+        weights: hb.weights.clone(),
+    };
+    out.upload(ctx, &parts).expect("batch upload");
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -126,10 +120,7 @@ fn fused_updates_follow_the_burn_agent() {
         let mut agent = DqnAgent::<B>::new(cfg.clone(), &dev).expect("valid");
         let mut fused = FusedDqn::new(&ctx, &cfg, &agent.export_state(), 64).expect("engine");
         assert_eq!(fused.num_params(), agent.num_params(), "{name}: layout");
-        let ring = DeviceReplay::new(&ctx, 1, 2).expect("ring");
-        let mut db = ring
-            .batch_buffers(cfg.batch_size, cfg.obs_dim)
-            .expect("batch");
+        let mut db = DeviceBatch::new(&ctx, cfg.batch_size, cfg.obs_dim).expect("batch");
         let hbs = batches(cfg.obs_dim, cfg.actions as u32, cfg.batch_size, 30);
         let mut cpu_stats = Vec::new();
         let mut grad_rel = 0f32;
@@ -167,11 +158,16 @@ fn fused_updates_follow_the_burn_agent() {
         let stat_rel = gpu_stats
             .iter()
             .zip(&cpu_stats)
-            .flat_map(|(g, c)| (0..4).map(move |i| (g[i] - c[i]).abs() / c[i].abs().max(1e-3)))
+            .flat_map(|(g, c)| {
+                g.named()
+                    .into_iter()
+                    .zip(c)
+                    .map(|((_, g), c)| (g - c).abs() / c.abs().max(1e-3))
+            })
             .fold(0f32, f32::max);
         // Q-values of the two trained networks on a probe batch.
         let probe = &hbs[0].obs;
-        let d_obs = ctx.stream().clone_htod(probe).expect("probe");
+        let d_obs = ctx.upload(probe).expect("probe");
         let q_gpu = fused.q_values(&d_obs, cfg.batch_size).expect("q");
         let mut cpu_after = DqnAgent::<B>::new(cfg.clone(), &dev).expect("valid");
         cpu_after.import_state(&want);
@@ -243,8 +239,7 @@ fn fused_actions_are_greedy_on_burn_q_values_and_explore_at_the_asked_rate() {
     let obs: Vec<f32> = (0..n * 10)
         .map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0)
         .collect();
-    let s = ctx.stream();
-    let d_obs = s.clone_htod(&obs).expect("obs");
+    let d_obs = ctx.upload(&obs).expect("obs");
     let q_gpu = fused.q_values(&d_obs, n).expect("q");
     let q_cpu = agent
         .q_values(
@@ -256,9 +251,9 @@ fn fused_actions_are_greedy_on_burn_q_values_and_explore_at_the_asked_rate() {
         .expect("f32");
     let d_q = max_abs_diff(&q_gpu, &q_cpu);
     assert!(d_q < 1e-5, "Q-values differ by {d_q}");
-    let mut actions = s.alloc_zeros::<u8>(n).expect("actions");
+    let mut actions = ctx.alloc::<u8>(n).expect("actions");
     fused.act(&d_obs, n, 0.0, 1, 0, &mut actions).expect("act");
-    let greedy = s.clone_dtoh(&actions).expect("download");
+    let greedy = ctx.download(&actions).expect("download");
     for (r, &a) in greedy.iter().enumerate() {
         let q = &q_cpu[r * 3..r * 3 + 3];
         let best = q.iter().copied().fold(f32::MIN, f32::max);
@@ -266,14 +261,23 @@ fn fused_actions_are_greedy_on_burn_q_values_and_explore_at_the_asked_rate() {
         assert!(q[a as usize] >= best - 1e-5, "row {r}: action {a} of {q:?}");
     }
     fused.act(&d_obs, n, 0.3, 1, 1, &mut actions).expect("act");
-    let explored = s.clone_dtoh(&actions).expect("download");
+    let explored = ctx.download(&actions).expect("download");
     let differ = greedy.iter().zip(&explored).filter(|(a, b)| a != b).count() as f64 / n as f64;
     // A uniform action differs from the greedy one 2/3 of the time: 0.3 * 2/3 = 0.2.
     assert!((differ - 0.2).abs() < 0.03, "{differ}");
+    // The device draws what the host's exploration rule draws: one rule, two generators.
+    for (r, (&g, &e)) in greedy.iter().zip(&explored).enumerate() {
+        let host = foxhunt_dqn::explore::explore(1, 1, r as u32, 0.3, u32::from(g), 3);
+        assert_eq!(
+            u32::from(e),
+            host,
+            "row {r}: device and host exploration differ"
+        );
+    }
     // The same (seed, step) draws the same actions; another step draws others.
-    let mut again = s.alloc_zeros::<u8>(n).expect("actions");
+    let mut again = ctx.alloc::<u8>(n).expect("actions");
     fused.act(&d_obs, n, 0.3, 1, 1, &mut again).expect("act");
-    assert_eq!(s.clone_dtoh(&again).expect("download"), explored);
+    assert_eq!(ctx.download(&again).expect("download"), explored);
     fused.act(&d_obs, n, 0.3, 1, 2, &mut again).expect("act");
-    assert_ne!(s.clone_dtoh(&again).expect("download"), explored);
+    assert_ne!(ctx.download(&again).expect("download"), explored);
 }

@@ -1,45 +1,19 @@
 //! The host window arena and its pool: one copy per window, none per epoch, buffers reused from
 //! window to window.
 
-use std::path::{Path, PathBuf};
-
-use foxhunt_data::{
-    Adjustment, Dataset, FeatureConfig, LoadOptions, Normalizer, SessionCalendar, SymbolSelector,
-};
-use foxhunt_env::{Costs, EnvConfig, Execution, MarketData, SpecTable, VecEnv};
+use foxhunt_env::{EnvConfig, VecEnv};
 use foxhunt_memory::{HostPool, WindowData};
 
-fn test_data() -> PathBuf {
-    std::env::var_os("FOXHUNT_TEST_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data"))
-}
-
-fn window(rows: std::ops::Range<usize>, d: &Dataset) -> WindowData {
-    let n = Normalizer::fit(&d.features, rows.clone());
-    let spec = SpecTable::default().get("ES").expect("ES").clone();
+fn window(rows: std::ops::Range<usize>) -> WindowData {
     WindowData {
-        market: MarketData::from_features(&d.features, rows, Some(&n)),
-        exec: Execution::new(&spec, Costs::default()),
+        market: foxhunt_testkit::es_market(rows),
+        exec: foxhunt_testkit::es_execution(),
     }
 }
 
 #[test]
 fn a_window_is_copied_once_and_its_buffers_serve_the_next_window() {
-    let d = Dataset::load(
-        &test_data().join("futures-baseline"),
-        &SymbolSelector::parse("ES.FUT").expect("valid"),
-        &LoadOptions::default(),
-        &SessionCalendar::cme(),
-        Adjustment::Difference,
-        &FeatureConfig::default(),
-    )
-    .expect("bundled data");
-    let (w0, w1, w2) = (
-        window(0..6000, &d),
-        window(3000..8000, &d),
-        window(0..9000, &d),
-    );
+    let (w0, w1, w2) = (window(0..6000), window(3000..8000), window(0..9000));
     let mut pool = HostPool::new();
     {
         let arena = pool.window(&w0);

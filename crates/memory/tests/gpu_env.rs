@@ -1,102 +1,33 @@
-//! The GPU environment against the CPU reference, step for step on real ES bars. Needs the
-//! `cuda` feature and FOXHUNT_GPU_TESTS=1; without the feature, the twin's error is checked.
+//! The GPU environment against the CPU reference, step for step on real ES bars; the device
+//! arena's one upload and pool reuse; the replay ring and its sampler. Needs the `cuda` feature
+//! and FOXHUNT_GPU_TESTS=1 (a no-op otherwise).
+#![cfg(feature = "cuda")]
 
-#[cfg(feature = "cuda")]
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-#[cfg(feature = "cuda")]
-use foxhunt_data::{
-    Adjustment, Dataset, FeatureConfig, LoadOptions, SessionCalendar, SymbolSelector,
-};
-#[cfg(feature = "cuda")]
-use foxhunt_env::{Costs, EnvConfig, Execution, MarketData, SpecTable};
-use foxhunt_memory::GpuContext;
-#[cfg(feature = "cuda")]
+use foxhunt_env::{EnvConfig, Execution, MarketData};
+use foxhunt_gpu::{DeviceBatch, GpuContext};
 use foxhunt_memory::{DevicePool, WindowData};
 
-#[cfg(feature = "cuda")]
-fn test_data() -> PathBuf {
-    std::env::var_os("FOXHUNT_TEST_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data"))
-}
-
-#[cfg(feature = "cuda")]
+/// The real part of the bundled ES data, normalized over itself, and ES's terms.
 fn es() -> (MarketData, Execution) {
-    let d = Dataset::load(
-        &test_data().join("futures-baseline"),
-        &SymbolSelector::parse("ES.FUT").expect("valid"),
-        &LoadOptions::default(),
-        &SessionCalendar::cme(),
-        Adjustment::Difference,
-        &FeatureConfig::default(),
-    )
-    .expect("bundled data");
-    // The real part of the bundled data (after its synthetic lead-in, which ends 2013-09-06).
-    let first_real = d
-        .features
-        .ts
-        .partition_point(|&t| t < 1_380_000_000_000_000_000);
-    let real = first_real..d.features.rows;
-    let n = foxhunt_data::Normalizer::fit(&d.features, real.clone());
-    let spec = SpecTable::default().get("ES").expect("ES").clone();
     (
-        MarketData::from_features(&d.features, real, Some(&n)),
-        Execution::new(&spec, Costs::default()),
+        foxhunt_testkit::es_market(foxhunt_testkit::es_real_rows()),
+        foxhunt_testkit::es_execution(),
     )
-}
-
-/// Without a usable GPU (no `cuda` feature, or no driver as on CI), asking for one is a clear
-/// error, never a panic.
-#[test]
-fn without_a_gpu_asking_for_one_says_no_cuda_device_found() {
-    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1") {
-        return;
-    }
-    let err = GpuContext::new(0).err().expect("no usable CUDA here");
-    assert!(matches!(err, foxhunt_memory::MemoryError::NoCuda(_)));
-    assert!(
-        err.to_string().starts_with("no CUDA device found: "),
-        "{err}"
-    );
-}
-
-#[cfg(not(feature = "cuda"))]
-#[test]
-fn without_the_cuda_feature_the_gpu_says_so() {
-    let err = GpuContext::new(0).err().expect("no CUDA in this build");
-    assert!(matches!(err, foxhunt_memory::MemoryError::NoCuda(_)));
-    assert!(
-        err.to_string()
-            .starts_with("no CUDA device found: this build has no CUDA support"),
-        "{err}"
-    );
 }
 
 /// The device, or None (test skipped) unless FOXHUNT_GPU_TESTS=1.
-#[cfg(feature = "cuda")]
-fn gpu_or_skip() -> Option<std::sync::Arc<GpuContext>> {
-    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
-        return None;
-    }
-    Some(GpuContext::new(0).unwrap_or_else(|e| panic!("FOXHUNT_GPU_TESTS=1 but {e}")))
+fn gpu_or_skip() -> Option<Arc<GpuContext>> {
+    foxhunt_testkit::gpu_tests()
+        .then(|| GpuContext::new(0).unwrap_or_else(|e| panic!("FOXHUNT_GPU_TESTS=1 but {e}")))
 }
 
-#[cfg(feature = "cuda")]
-fn gpu() -> std::sync::Arc<GpuContext> {
-    GpuContext::new(0).expect("checked by gpu_or_skip")
-}
-
-#[cfg(feature = "cuda")]
 #[test]
 fn gpu_environment_matches_the_cpu_reference() {
     use foxhunt_env::VecEnv;
     use foxhunt_memory::GpuVecEnv;
-    if gpu_or_skip().is_none() {
-        return;
-    }
-    let ctx = gpu();
+    let Some(ctx) = gpu_or_skip() else { return };
     let (m, x) = es();
     let mut pool = DevicePool::new(&ctx);
     let data = WindowData {
@@ -170,24 +101,15 @@ fn gpu_environment_matches_the_cpu_reference() {
     }
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn the_device_arena_uploads_once_and_the_pool_reuses_its_buffers() {
     use foxhunt_memory::GpuVecEnv;
     let Some(ctx) = gpu_or_skip() else { return };
     let (m, x) = es();
     let half = m.rows / 2;
+    let real = foxhunt_testkit::es_real_rows();
     let small = WindowData {
-        market: foxhunt_env::MarketData {
-            rows: half,
-            features: m.features[..half * m.cols].to_vec(),
-            open: m.open[..half].to_vec(),
-            close: m.close[..half].to_vec(),
-            session: m.session[..half].to_vec(),
-            contract: m.contract[..half].to_vec(),
-            ts: m.ts[..half].to_vec(),
-            ..m.clone()
-        },
+        market: foxhunt_testkit::es_market(real.start..real.start + half),
         exec: x,
     };
     let full = WindowData {
@@ -248,12 +170,11 @@ fn the_device_arena_uploads_once_and_the_pool_reuses_its_buffers() {
     println!("device pool after two windows: {:?}", pool.stats());
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn the_step_kernel_writes_the_replay_ring_and_sampling_on_the_device_matches_the_host() {
     use foxhunt_env::VecEnv;
     use foxhunt_env::vec_env::observe;
-    use foxhunt_memory::philox::philox4x32_10;
+    use foxhunt_gpu::philox::philox4x32_10;
     use foxhunt_memory::{DeviceReplay, GpuVecEnv, SampleSpec};
     let Some(ctx) = gpu_or_skip() else { return };
     let (m, x) = es();
@@ -299,7 +220,15 @@ fn the_step_kernel_writes_the_replay_ring_and_sampling_on_the_device_matches_the
         let a = gpu.upload_actions(&actions).expect("upload");
         gpu.step_record(&a, &mut replay).expect("step");
     }
-    let (rt, rp, re, ra, rr, rd) = replay.download().expect("ring");
+    let ring = replay.download().expect("ring");
+    let (rt, rp, re, ra, rr, rd) = (
+        ring.t,
+        ring.position,
+        ring.entry,
+        ring.action,
+        ring.reward,
+        ring.done,
+    );
     for (row, r) in rows.iter().enumerate().skip(steps - cap) {
         let base = (row % cap) * n;
         assert_eq!(&rt[base..base + n], &r.0[..], "ring bars, row {row}");
@@ -318,11 +247,19 @@ fn the_step_kernel_writes_the_replay_ring_and_sampling_on_the_device_matches_the
         gamma,
         seed: sseed,
     };
-    let mut out = replay.batch_buffers(batch, dim).expect("batch");
+    let mut out = DeviceBatch::new(&ctx, batch, dim).expect("batch");
     for _ in 0..2 {
         let draw = replay.draws();
         replay.sample(&spec, &mut out).expect("sample");
-        let (o, a, g, no, d, w) = out.download(&ctx).expect("batch");
+        let h = out.download(&ctx).expect("batch");
+        let (o, a, g, no, d, w) = (
+            h.obs,
+            h.actions,
+            h.returns,
+            h.next_obs,
+            h.discounts,
+            h.weights,
+        );
         let written = steps as u64;
         let oldest = written - cap as u64;
         let starts = written - oldest - u64::from(n_step);

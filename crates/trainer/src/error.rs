@@ -14,9 +14,12 @@ pub enum TrainError {
     /// The agent refused a setting or a checkpoint.
     #[error(transparent)]
     Dqn(#[from] foxhunt_dqn::DqnError),
-    /// GPU memory, kernels or device.
+    /// Window memory on the device, the GPU environment or replay.
     #[error(transparent)]
     Memory(#[from] foxhunt_memory::MemoryError),
+    /// The GPU: no CUDA, the driver, a kernel module.
+    #[error(transparent)]
+    Gpu(#[from] foxhunt_gpu::GpuError),
     /// A command-line or config-file setting is unusable.
     #[error("{0}")]
     Options(String),
@@ -51,6 +54,15 @@ pub enum TrainError {
         /// Epochs trained in this invocation.
         epochs: usize,
     },
+}
+
+impl From<foxhunt_fs::FsError> for TrainError {
+    fn from(e: foxhunt_fs::FsError) -> Self {
+        TrainError::File {
+            message: format!("cannot {}: {}", e.what, e.source),
+            path: e.path,
+        }
+    }
 }
 
 impl TrainError {

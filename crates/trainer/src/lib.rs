@@ -9,14 +9,16 @@
 
 pub mod args;
 pub mod config;
+mod engine;
 mod error;
-#[cfg(feature = "cuda")]
-mod gpu_collect;
+mod eval;
 pub mod phase;
 mod plot;
 pub mod progress;
 pub mod report;
 mod run;
+mod rundir;
+mod stats;
 
 pub use config::{DeviceChoice, TrainConfig};
 pub use error::TrainError;

@@ -11,8 +11,30 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-/// The phases of an epoch, in order.
+/// The phases of an epoch, in order, by name.
 pub const PHASES: [&str; 5] = ["init", "collect", "train", "sync", "eval"];
+
+/// A phase of an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Building the window's arena (first epoch) or borrowing it (later epochs).
+    Init,
+    /// Acting and stepping the environments, writing the replay.
+    Collect,
+    /// Sampling batches and the gradient updates.
+    Train,
+    /// Target-network updates.
+    Sync,
+    /// Greedy evaluation on the validation split.
+    Eval,
+}
+
+impl Phase {
+    /// The phase's name in the `phase breakdown` line.
+    pub fn name(self) -> &'static str {
+        PHASES[self as usize]
+    }
+}
 
 /// One epoch's breakdown, times in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -68,7 +90,7 @@ impl PhaseTimes {
     }
 }
 
-/// Timestamps recorded on a device's stream (CUDA events), read back in one go.
+/// Timestamps recorded on a device's stream, read back in one go.
 pub trait DeviceMarks {
     /// Starts a new series: forgets earlier marks and records the first one.
     fn restart(&mut self);
@@ -78,24 +100,25 @@ pub trait DeviceMarks {
     fn intervals(&mut self) -> Vec<f64>;
 }
 
-/// Accumulates time per phase; `sync` waits for the device at each host-timed boundary.
-pub struct PhaseClock<'s> {
-    sync: &'s dyn Fn(),
-    device: Option<&'s mut dyn DeviceMarks>,
+/// Accumulates time per phase over one epoch at a time; `sync` waits for the device at each
+/// host-timed boundary. Made once per window (its device marks are reused epoch after epoch).
+pub struct PhaseClock {
+    sync: Box<dyn Fn()>,
+    device: Option<Box<dyn DeviceMarks>>,
     /// Phases of the device marks recorded after the first, in order.
-    marked: Vec<usize>,
+    marked: Vec<Phase>,
     start: Instant,
     totals: [f64; 5],
     charged: f64,
 }
 
-impl<'s> PhaseClock<'s> {
-    /// A clock starting now.
-    pub fn new(sync: &'s dyn Fn()) -> Self {
-        sync();
+impl PhaseClock {
+    /// A clock whose host-timed phases end with `sync`, and whose device phases are timed by
+    /// `device` when given ([`PhaseClock::time_device`]).
+    pub fn new(sync: Box<dyn Fn()>, device: Option<Box<dyn DeviceMarks>>) -> Self {
         Self {
             sync,
-            device: None,
+            device,
             marked: Vec::new(),
             start: Instant::now(),
             totals: [0.0; 5],
@@ -103,28 +126,31 @@ impl<'s> PhaseClock<'s> {
         }
     }
 
-    /// Runs `f` as part of phase `phase` (an index into [`PHASES`]).
-    pub fn time<T>(&mut self, phase: usize, f: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
-        let out = f();
+    /// Starts an epoch's breakdown now (waits for the device first, so that earlier work is
+    /// not charged to it).
+    pub fn start_epoch(&mut self) {
         (self.sync)();
-        self.totals[phase] += t.elapsed().as_secs_f64() * 1e3;
-        out
-    }
-
-    /// Times [`PhaseClock::time_device`] phases with `marks` (the device is idle now: the
-    /// clock was just made).
-    pub fn with_device(mut self, marks: Option<&'s mut dyn DeviceMarks>) -> Self {
-        self.device = marks;
+        self.marked.clear();
+        self.totals = [0.0; 5];
+        self.charged = 0.0;
         if let Some(m) = self.device.as_deref_mut() {
             m.restart();
         }
-        self
+        self.start = Instant::now();
     }
 
-    /// Runs `f`, which queues device work, as part of phase `phase`: timed by device marks when
-    /// the clock has them (no wait), else as [`PhaseClock::time`].
-    pub fn time_device<T>(&mut self, phase: usize, f: impl FnOnce() -> T) -> T {
+    /// Runs `f` as part of `phase`.
+    pub fn time<T>(&mut self, phase: Phase, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        (self.sync)();
+        self.totals[phase as usize] += t.elapsed().as_secs_f64() * 1e3;
+        out
+    }
+
+    /// Runs `f`, which queues device work, as part of `phase`: timed by device marks when the
+    /// clock has them (no wait), else as [`PhaseClock::time`].
+    pub fn time_device<T>(&mut self, phase: Phase, f: impl FnOnce() -> T) -> T {
         let Some(m) = self.device.as_deref_mut() else {
             return self.time(phase, f);
         };
@@ -137,13 +163,13 @@ impl<'s> PhaseClock<'s> {
     }
 
     /// Adds time measured elsewhere (the first epoch's arena build) to `phase`.
-    pub fn charge(&mut self, phase: usize, ms: f64) {
-        self.totals[phase] += ms;
+    pub fn charge(&mut self, phase: Phase, ms: f64) {
+        self.totals[phase as usize] += ms;
         self.charged += ms;
     }
 
-    /// The breakdown so far; `total` is the clock's time plus what was charged to it. Reads the
-    /// device marks (waits for the device once).
+    /// The epoch's breakdown; `total` is the clock's time since [`PhaseClock::start_epoch`]
+    /// plus what was charged to it. Reads the device marks (waits for the device once).
     pub fn finish(
         &mut self,
         window: usize,
@@ -153,7 +179,7 @@ impl<'s> PhaseClock<'s> {
     ) -> PhaseTimes {
         if let Some(m) = self.device.as_deref_mut() {
             for (phase, ms) in self.marked.drain(..).zip(m.intervals()) {
-                self.totals[phase] += ms;
+                self.totals[phase as usize] += ms;
             }
         }
         let [init, collect, train, sync, eval] = self.totals;

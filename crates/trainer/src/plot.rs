@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use crate::TrainError;
-use crate::report::write_atomic;
 
 const W: usize = 1200;
 const H: usize = 600;
@@ -176,5 +175,5 @@ pub fn equity_png(path: &Path, title: &str, series: &[(&str, Vec<f64>)]) -> Resu
         let mut w = enc.write_header().map_err(err)?;
         w.write_image_data(&cv.px).map_err(err)?;
     }
-    write_atomic(path, &bytes)
+    Ok(foxhunt_fs::write_atomic(path, &bytes)?)
 }

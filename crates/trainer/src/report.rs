@@ -142,32 +142,10 @@ pub struct RunReport {
     pub pool: PoolStats,
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename, creating the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| TrainError::file(dir, format!("cannot create: {e}")))?;
-    }
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    let tmp = path.with_file_name(name);
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        TrainError::file(path, format!("cannot write: {e}"))
-    })
-}
-
 /// Writes `value` as pretty JSON, atomically.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), TrainError> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| TrainError::file(path, e))?;
-    write_atomic(path, &bytes)
+    Ok(foxhunt_fs::write_atomic(path, &bytes)?)
 }
 
 /// Reads JSON written by [`write_json`].

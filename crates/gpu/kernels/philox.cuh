@@ -1,6 +1,6 @@
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): a
 // counter-based generator, so any thread draws its numbers from (key, counter) without shared
-// state. foxhunt-memory's philox.rs is the same function on the host; tests compare them.
+// state. foxhunt-gpu's philox.rs is the same function on the host; tests compare them.
 
 struct Philox4 { unsigned int v[4]; };
 

@@ -1,4 +1,4 @@
-//! Philox4x32-10, the counter-based generator the GPU kernels sample with (kernels/philox.cuh),
+//! Philox4x32-10, the counter-based generator the GPU kernels draw with (kernels/philox.cuh),
 //! on the host: for tests that rebuild on the CPU what a kernel drew, and for host code that
 //! must draw the same numbers.
 

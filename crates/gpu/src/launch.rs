@@ -1,0 +1,111 @@
+//! Kernel launches: a function of a compiled module, its arguments pushed in the order of its
+//! CUDA signature, and the grid.
+
+use cudarc::driver::{CudaFunction, LaunchArgs, LaunchConfig, PushKernelArg};
+
+use crate::buffer::{DeviceBuffer, Elem};
+use crate::{GpuContext, GpuError};
+
+/// A kernel function of a compiled [`crate::Module`].
+#[derive(Clone)]
+pub struct Kernel {
+    f: CudaFunction,
+    name: &'static str,
+}
+
+impl Kernel {
+    pub(crate) fn new(f: CudaFunction, name: &'static str) -> Self {
+        Self { f, name }
+    }
+    /// The function's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel({})", self.name)
+    }
+}
+
+/// Blocks and threads of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    /// Blocks.
+    pub blocks: u32,
+    /// Threads per block.
+    pub threads: u32,
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+}
+
+impl Grid {
+    /// At least `items` threads in blocks of `block` (one block at least).
+    pub fn cover(items: usize, block: u32) -> Self {
+        Self {
+            blocks: (items as u64).div_ceil(u64::from(block)).max(1) as u32,
+            threads: block,
+            shared_bytes: 0,
+        }
+    }
+    /// Exactly one block of `threads` threads.
+    pub fn block(threads: u32) -> Self {
+        Self {
+            blocks: 1,
+            threads,
+            shared_bytes: 0,
+        }
+    }
+}
+
+/// One launch being put together: arguments in the order of the kernel's signature.
+pub struct Launch<'a> {
+    args: LaunchArgs<'a>,
+    name: &'static str,
+}
+
+impl GpuContext {
+    /// Starts a launch of `kernel` on this context's stream.
+    pub fn launch<'a>(&'a self, kernel: &'a Kernel) -> Launch<'a> {
+        Launch {
+            args: self.stream().launch_builder(&kernel.f),
+            name: kernel.name,
+        }
+    }
+}
+
+impl<'a> Launch<'a> {
+    /// A buffer the kernel reads (`const T*`).
+    pub fn input<T>(mut self, b: &'a DeviceBuffer<T>) -> Self {
+        self.args.arg(b.raw());
+        self
+    }
+    /// A buffer the kernel writes (`T*`).
+    pub fn output<T>(mut self, b: &'a mut DeviceBuffer<T>) -> Self {
+        self.args.arg(b.raw_mut());
+        self
+    }
+    /// A scalar argument.
+    pub fn value<T: Elem>(mut self, v: &'a T) -> Self {
+        self.args.arg(v);
+        self
+    }
+    /// Queues the launch on the stream (asynchronous).
+    ///
+    /// # Safety
+    /// The arguments match the kernel's CUDA signature in number, order and type, and for this
+    /// grid every element the kernel reads or writes lies within the buffers given. The caller
+    /// states why, in a `// SAFETY:` comment at the call.
+    pub unsafe fn run(mut self, grid: Grid) -> Result<(), GpuError> {
+        let cfg = LaunchConfig {
+            grid_dim: (grid.blocks, 1, 1),
+            block_dim: (grid.threads, 1, 1),
+            shared_mem_bytes: grid.shared_bytes,
+        };
+        // SAFETY: the caller's contract above.
+        unsafe { self.args.launch(cfg) }
+            .map(|_| ())
+            .map_err(GpuError::driver(format!("launching {}", self.name)))
+    }
+}

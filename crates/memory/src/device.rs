@@ -1,0 +1,170 @@
+//! The window arena on the device: one upload of a window's market data into pooled device
+//! buffers, lent to every epoch, handed back to the pool when the window ends (the host arena's
+//! twin, see [`crate::arena`]).
+
+use std::sync::Arc;
+
+use foxhunt_env::Execution;
+use foxhunt_gpu::{DeviceBuffer, Elem, GpuContext};
+
+use crate::MemoryError;
+use crate::arena::{Epoch, FreeLists, PoolStats, WindowData, take_fitting};
+
+/// Device buffers of one window's market data (what the kernels read), `rows` rows of `cols`
+/// features.
+pub struct DeviceWindow {
+    /// Normalized features, row-major `[rows * cols]`.
+    pub features: DeviceBuffer<f32>,
+    /// Adjusted open, `[rows]`.
+    pub open: DeviceBuffer<f64>,
+    /// Adjusted close, `[rows]`.
+    pub close: DeviceBuffer<f64>,
+    /// Session index, `[rows]`.
+    pub session: DeviceBuffer<u32>,
+    /// Front contract, `[rows]`.
+    pub contract: DeviceBuffer<u32>,
+    /// Rows.
+    pub rows: usize,
+    /// Features per row.
+    pub cols: usize,
+}
+
+/// A pool of device buffers that window arenas are built in: a window whose shapes fit in
+/// buffers an earlier window released allocates nothing (no cudaMalloc between windows in the
+/// steady state).
+pub struct DevicePool {
+    ctx: Arc<GpuContext>,
+    free: FreeLists<DeviceBuffer<f32>, DeviceBuffer<f64>, DeviceBuffer<u32>, DeviceBuffer<i64>>,
+    stats: PoolStats,
+    held: u64,
+}
+
+impl DevicePool {
+    /// An empty pool on `ctx`'s device.
+    pub fn new(ctx: &Arc<GpuContext>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            free: FreeLists::default(),
+            stats: PoolStats::default(),
+            held: 0,
+        }
+    }
+
+    /// The pool's bookkeeping so far.
+    pub fn stats(&self) -> PoolStats {
+        self.stats
+    }
+
+    /// The device.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    fn fill<T: Elem>(
+        ctx: &GpuContext,
+        free: &mut Vec<DeviceBuffer<T>>,
+        stats: &mut PoolStats,
+        held: &mut u64,
+        src: &[T],
+    ) -> Result<DeviceBuffer<T>, MemoryError> {
+        let bytes = std::mem::size_of_val(src) as u64;
+        let reused = take_fitting(free, src.len(), DeviceBuffer::capacity);
+        stats.count(bytes, reused.is_some(), held);
+        let mut buf = match reused {
+            Some(b) => b,
+            None => ctx.alloc::<T>(src.len())?,
+        };
+        ctx.write(&mut buf, src)?;
+        stats.uploaded += bytes;
+        Ok(buf)
+    }
+
+    /// Builds the arena of one window: one upload of its market data into pooled buffers (the
+    /// copy is queued on the stream; kernels queued after it see the data). The arena holds the
+    /// pool until it is dropped, so windows are strictly one after another.
+    pub fn window(&mut self, data: &WindowData) -> Result<GpuArena<'_>, MemoryError> {
+        let m = &data.market;
+        if m.rows > u32::MAX as usize {
+            return Err(MemoryError::Config(format!("{} rows exceed u32", m.rows)));
+        }
+        let contract: Vec<u32> = m.contract.iter().map(|&c| u32::from(c)).collect();
+        let ctx = self.ctx.clone();
+        let before = self.stats.uploaded;
+        let (free, stats, held) = (&mut self.free, &mut self.stats, &mut self.held);
+        let features = Self::fill(&ctx, &mut free.f32, stats, held, &m.features)?;
+        let open = Self::fill(&ctx, &mut free.f64, stats, held, &m.open)?;
+        let close = Self::fill(&ctx, &mut free.f64, stats, held, &m.close)?;
+        let session = Self::fill(&ctx, &mut free.u32, stats, held, &m.session)?;
+        let contract = Self::fill(&ctx, &mut free.u32, stats, held, &contract)?;
+        let uploaded = stats.uploaded - before;
+        Ok(GpuArena {
+            window: Some(DeviceWindow {
+                features,
+                open,
+                close,
+                session,
+                contract,
+                rows: m.rows,
+                cols: m.cols,
+            }),
+            pool: self,
+            exec: data.exec,
+            uploaded,
+        })
+    }
+}
+
+/// One window's market data resident on the device for the window's life.
+pub struct GpuArena<'p> {
+    pool: &'p mut DevicePool,
+    /// Present from construction until drop hands the buffers back.
+    window: Option<DeviceWindow>,
+    exec: Execution,
+    uploaded: u64,
+}
+
+impl GpuArena<'_> {
+    /// Bytes uploaded when the window began (the only host-to-device copy of window data).
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.uploaded
+    }
+    /// Lends the window's data to epoch `index`. Nothing is copied.
+    pub fn epoch(&self, index: usize) -> Epoch<'_, Self> {
+        Epoch::new(self, index)
+    }
+    /// The pool's bookkeeping.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats
+    }
+    /// Execution terms.
+    pub fn exec(&self) -> &Execution {
+        &self.exec
+    }
+    /// Rows of market data.
+    pub fn rows(&self) -> usize {
+        self.buffers().rows
+    }
+    /// The device.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.pool.ctx
+    }
+    /// The device buffers (for kernels of other crates that read the window).
+    pub fn buffers(&self) -> &DeviceWindow {
+        self.window
+            .as_ref()
+            .expect("the window's buffers are present until the arena drops")
+    }
+}
+
+impl Drop for GpuArena<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.window.take() {
+            let free = &mut self.pool.free;
+            free.f32.push(w.features);
+            free.f64.push(w.open);
+            free.f64.push(w.close);
+            free.u32.push(w.session);
+            free.u32.push(w.contract);
+        }
+    }
+}

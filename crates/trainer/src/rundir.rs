@@ -1,0 +1,170 @@
+//! The run directory: created for one run or continued by `--resume`, never overwritten by
+//! another run; and a window's resumable state in its folder (checkpoints, replay, progress).
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::AutodiffBackend;
+use foxhunt_dqn::{DqnAgent, checkpoint};
+use serde::{Deserialize, Serialize};
+
+use crate::TrainError;
+use crate::phase::PhaseTimes;
+use crate::report::{EpochSummary, read_json, write_json};
+
+/// Creates the run directory, or checks that `--resume` continues the same run. A directory
+/// holding another run is never overwritten.
+pub(crate) fn prepare(
+    out: &Path,
+    config: &serde_json::Value,
+    resume: bool,
+) -> Result<(), TrainError> {
+    let path = out.join("config.json");
+    if resume {
+        let saved: serde_json::Value = read_json(&path)?;
+        if &saved != config {
+            return Err(TrainError::Options(format!(
+                "--resume: {} was written for another configuration; differing settings: {}",
+                path.display(),
+                json_diff(&saved, config, "")
+            )));
+        }
+        return Ok(());
+    }
+    if path.exists() {
+        return Err(TrainError::Options(format!(
+            "{} already holds a run; continue it with --resume or choose another --out",
+            out.display()
+        )));
+    }
+    write_json(&path, config)
+}
+
+/// `key: saved -> wanted` for every leaf that differs.
+fn json_diff(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> String {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.iter()
+                .filter_map(|k| {
+                    let (u, v) = (
+                        x.get(*k).unwrap_or(&Value::Null),
+                        y.get(*k).unwrap_or(&Value::Null),
+                    );
+                    (u != v).then(|| {
+                        json_diff(
+                            u,
+                            v,
+                            &format!("{at}{}{k}", if at.is_empty() { "" } else { "." }),
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+        _ => format!("{at}: {a} -> {b}"),
+    }
+}
+
+/// An unfinished window's saved state (`progress.json`), written after the files it names.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Progress {
+    pub epochs_done: usize,
+    pub best_epoch: Option<usize>,
+    pub best_val_pnl: Option<f64>,
+    pub best_validation: Option<foxhunt_env::Metrics>,
+    pub epochs: Vec<EpochSummary>,
+    pub phases: Vec<PhaseTimes>,
+}
+
+/// A window's folder in the run directory and the files in it.
+pub(crate) struct WindowDir {
+    dir: PathBuf,
+}
+
+impl WindowDir {
+    /// The folder of window `index` under the run directory `out`.
+    pub fn new(out: &Path, index: usize) -> Self {
+        Self {
+            dir: out.join(format!("windows/window-{index:03}")),
+        }
+    }
+    /// Creates the folder.
+    pub fn create(&self) -> Result<(), TrainError> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| TrainError::file(&self.dir, format!("cannot create: {e}")))
+    }
+    /// The window's report, written last: its presence marks the window finished.
+    pub fn report(&self) -> PathBuf {
+        self.dir.join("report.json")
+    }
+    /// The window's phase breakdowns.
+    pub fn phases(&self) -> PathBuf {
+        self.dir.join("phases.json")
+    }
+    /// The window's test-period curves.
+    pub fn curves(&self) -> PathBuf {
+        self.dir.join("curves.json")
+    }
+    /// An unfinished window's progress.
+    pub fn progress(&self) -> PathBuf {
+        self.dir.join("progress.json")
+    }
+    /// Agent checkpoint and host replay after `epoch`.
+    pub fn state_files(&self, epoch: usize) -> (PathBuf, PathBuf) {
+        (
+            self.dir.join(format!("epoch-{epoch:03}.ckpt")),
+            self.dir.join(format!("epoch-{epoch:03}.replay")),
+        )
+    }
+    /// The checkpoint of the best epoch so far.
+    pub fn best(&self, epoch: usize) -> PathBuf {
+        self.dir.join(format!("best-epoch-{epoch:03}.ckpt"))
+    }
+
+    /// Agent and replay of the epoch just finished, then `progress.json` naming them; older
+    /// epochs' files are removed only after that.
+    pub fn save_progress<B: AutodiffBackend>(
+        &self,
+        agent: &DqnAgent<B>,
+        replay: Option<Vec<u8>>,
+        prog: &Progress,
+    ) -> Result<(), TrainError> {
+        let epoch = prog.epochs_done - 1;
+        let (ckpt, rpl) = self.state_files(epoch);
+        self.create()?;
+        checkpoint::save(agent, &ckpt)?;
+        if let Some(bytes) = replay {
+            foxhunt_fs::write_atomic(&rpl, &bytes)?;
+        }
+        write_json(&self.progress(), prog)?;
+        self.remove_best_except(prog.best_epoch, epoch);
+        self.remove_state_before(epoch);
+        Ok(())
+    }
+
+    /// Removes best-epoch checkpoints of epochs `< upto` other than `keep`'s.
+    pub fn remove_best_except(&self, keep: Option<usize>, upto: usize) {
+        for e in (0..upto).filter(|&e| Some(e) != keep) {
+            let _ = std::fs::remove_file(self.best(e));
+        }
+    }
+
+    /// Removes the resumable state of epochs `< upto`.
+    pub fn remove_state_before(&self, upto: usize) {
+        for e in 0..upto {
+            let (a, b) = self.state_files(e);
+            let _ = std::fs::remove_file(a);
+            let _ = std::fs::remove_file(b);
+        }
+    }
+
+    /// The window is done: its intermediate state goes, but for the best epoch's checkpoint.
+    pub fn finish(&self, best: usize, epochs: usize) {
+        let _ = std::fs::remove_file(self.progress());
+        self.remove_best_except(Some(best), epochs);
+        self.remove_state_before(epochs);
+    }
+}
