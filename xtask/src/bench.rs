@@ -108,15 +108,15 @@ fn bench_market(
         Adjustment::Difference,
         &features,
     )?;
-    let m = MarketData::from_features(&data.features, 0..data.features.rows, None);
+    let m = MarketData::from_features(&data.features, 0..data.features.rows, None)?;
     let cfg = EnvConfig {
         lookback: 2,
         ..EnvConfig::default()
     };
     anyhow::ensure!(
-        cfg.obs_dim(m.cols) == 32,
+        cfg.obs_dim(m.cols()) == 32,
         "observation is {} floats, the benchmarks want 32",
-        cfg.obs_dim(m.cols)
+        cfg.obs_dim(m.cols())
     );
     let exec = Execution::new(SpecTable::default().get("ES")?, Costs::default());
     Ok((m, cfg, exec))
@@ -128,8 +128,8 @@ fn bench_market(
 pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
     use foxhunt_env::VecEnv;
     let (m, cfg, exec) = bench_market(root)?;
-    let dim = cfg.obs_dim(m.cols);
-    let mut env = VecEnv::new(&m, exec, cfg, 0..m.rows, envs, 7)?;
+    let dim = cfg.obs_dim(m.cols());
+    let mut env = VecEnv::new(&m, exec, cfg, 0..m.rows(), envs, 7)?;
     let (mut obs, mut rew, mut done) = (vec![0f32; envs * dim], vec![0f32; envs], vec![0u8; envs]);
     env.reset(&mut obs);
     // Actions are drawn before timing: the benchmark measures the environment, not a policy.
@@ -350,13 +350,13 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
     use foxhunt_gpu::{DeviceBatch, GpuContext};
     use foxhunt_memory::{DevicePool, DeviceReplay, GpuVecEnv, SampleSpec, WindowData};
     let (m, cfg, exec) = bench_market(root)?;
-    let dim = cfg.obs_dim(m.cols);
+    let dim = cfg.obs_dim(m.cols());
     let ctx = GpuContext::new(0)?;
     println!(
         "bench gpu-env: {} on device 0, bundled ES data ({} rows x {} features), {envs} environments x {steps} steps, obs {dim} floats, {reps} repetitions",
         ctx.arch(),
-        m.rows,
-        m.cols
+        m.rows(),
+        m.cols()
     );
     // Window upload: the arena built from the window's data (one copy per window), first into
     // fresh buffers, then into the pool's reused ones; beside a plain 256 MiB pageable copy as
@@ -408,7 +408,7 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
     // Stepping without and with replay writes, alternated in one run.
     let cap_rows = 64;
     let mut replay = DeviceReplay::new(&ctx, envs, cap_rows)?;
-    let mut env = GpuVecEnv::new(&arena, cfg.clone(), 0..m.rows, envs, 7)?;
+    let mut env = GpuVecEnv::new(&arena, cfg.clone(), 0..m.rows(), envs, 7)?;
     env.reset()?;
     let actions = env.upload_actions(&actions)?;
     let (mut plain, mut record) = (Vec::new(), Vec::new());
@@ -441,7 +441,7 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
     // reward and done written (5), observation written (dim floats), the observation's feature
     // rows read (lookback x cols floats), and open/close/session/contract of bars t and t+1;
     // with replay writes, 22 more (t 4, position 4, entry 8, action 1, reward 4, done 1).
-    let step_bytes = 24 * 2 + 1 + 5 + dim * 4 + cfg.lookback * m.cols * 4 + 2 * (8 + 8 + 4 + 4);
+    let step_bytes = 24 * 2 + 1 + 5 + dim * 4 + cfg.lookback * m.cols() * 4 + 2 * (8 + 8 + 4 + 4);
     let rec_bytes = step_bytes + 22;
     println!(
         "env-steps/s without replay writes: median {p_med:.2} G (about {step_bytes} B/step, {:.0} GB/s)",

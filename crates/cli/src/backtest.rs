@@ -105,7 +105,7 @@ pub fn run(args: &BacktestArgs) -> Result<()> {
         );
     }
     // Baselines read prices only; features are passed through unnormalized.
-    let market = MarketData::from_features(&data.features, 0..data.features.rows, None);
+    let market = MarketData::from_features(&data.features, 0..data.features.rows, None)?;
     let exec = Execution::new(
         spec,
         Costs {

@@ -1,11 +1,8 @@
 //! End-to-end tests of the `foxhunt` binary on the bundled real data.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use foxhunt_testkit::{Scratch, root};
 
 /// Runs foxhunt from the workspace root, so paths in its output are stable.
 fn foxhunt(args: &[&str]) -> Output {
@@ -165,8 +162,7 @@ fn bad_input_exits_non_zero_with_one_clear_paragraph() {
     assert_eq!(err.trim_end().lines().count(), 1, "one paragraph: {err}");
     assert!(!err.contains("panicked") && stdout(&out).is_empty());
 
-    let dir = std::env::temp_dir().join(format!("foxhunt-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = Scratch::new("cli-test");
     std::fs::write(
         dir.join("es.csv"),
         "2024-01-02T14:30:00Z,100,99,98,100.5,10,ESZ3\n",
@@ -241,15 +237,7 @@ fn backtest_json_carries_the_metrics_and_matches_an_independent_buy_and_hold() {
     }
     // Independently from the data layer: long from the first fill (open of the second bar) to
     // the last close, one round trip plus one per roll, each side 1.5 + 2 ticks x 12.50.
-    let d = foxhunt_data::Dataset::load(
-        &root().join("test_data/futures-baseline"),
-        &foxhunt_data::SymbolSelector::parse("ES.FUT").expect("valid"),
-        &foxhunt_data::LoadOptions::default(),
-        &foxhunt_data::SessionCalendar::cme(),
-        foxhunt_data::Adjustment::Difference,
-        &foxhunt_data::FeatureConfig::default(),
-    )
-    .expect("loads");
+    let d = foxhunt_testkit::es_dataset();
     let f = &d.features;
     let round_trip = 2.0 * (1.5 + 2.0 * 12.5);
     let expected =
@@ -350,8 +338,8 @@ fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
     if std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1") {
         return; // this machine has a GPU: the fallback cannot be observed here
     }
-    let out_dir = std::env::temp_dir().join(format!("foxhunt-cli-train-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out_dir);
+    let scratch = Scratch::new("cli-train");
+    let out_dir = scratch.join("run");
     let out_arg = out_dir.display().to_string();
     let mut args = vec![
         "train",
@@ -420,5 +408,4 @@ fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
         stdout(&report),
         std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary")
     );
-    let _ = std::fs::remove_dir_all(&out_dir);
 }

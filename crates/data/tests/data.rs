@@ -9,12 +9,7 @@ use foxhunt_data::session::{date_to_day, day_to_date};
 use foxhunt_data::walkforward::plan;
 use foxhunt_data::*;
 
-/// test_data/, or where FOXHUNT_TEST_DATA points.
-fn test_data() -> PathBuf {
-    std::env::var_os("FOXHUNT_TEST_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data"))
-}
+use foxhunt_testkit::{Scratch, test_data};
 
 fn es() -> SymbolSelector {
     SymbolSelector::parse("ES.FUT").expect("valid")
@@ -29,11 +24,8 @@ fn load(dir: &Path, sel: &SymbolSelector, opts: &LoadOptions) -> RawData {
     load_path(dir, sel, opts).unwrap_or_else(|e| panic!("{} loads: {e}", dir.display()))
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("foxhunt-data-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("data-test-{name}"))
 }
 
 fn lean_opts() -> LoadOptions {

@@ -375,8 +375,7 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
         ..DqnConfig::default()
     };
     let batches = fixed_batches(8, 20);
-    let dir = std::env::temp_dir().join(format!("foxhunt-dqn-ckpt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = foxhunt_testkit::Scratch::new("dqn-ckpt");
     let path = dir.join("agent.ckpt");
     let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
     a.count_env_steps(1234);
@@ -384,10 +383,11 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
         a.train_step(Batch::from_host(b, 8, &dev()));
     }
     checkpoint::save(&a, &path).expect("saves");
-    assert!(
-        !dir.join("agent.ckpt.tmp").exists(),
-        "no temporary file left behind"
-    );
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(files, ["agent.ckpt"], "no temporary file left behind");
     let mut b = checkpoint::load::<B>(&path, &cfg, &dev()).expect("loads");
     assert_eq!((b.updates(), b.env_steps()), (10, 1234));
     assert_eq!(weights(&a), weights(&b));

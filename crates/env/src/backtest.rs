@@ -86,10 +86,10 @@ impl Policy for Momentum {
     }
     fn target(&mut self, d: &Decision<'_>) -> i32 {
         let m = d.market;
-        if d.t < self.lookback || m.session[d.t - self.lookback] != m.session[d.t] {
+        if d.t < self.lookback || m.session()[d.t - self.lookback] != m.session()[d.t] {
             return 0;
         }
-        let change = m.close[d.t] - m.close[d.t - self.lookback];
+        let change = m.close()[d.t] - m.close()[d.t - self.lookback];
         if change > 0.0 {
             1
         } else if change < 0.0 {
@@ -131,10 +131,10 @@ pub fn backtest(
     capital: f64,
     policy: &mut dyn Policy,
 ) -> Result<BacktestReport, EnvError> {
-    if split.is_empty() || split.end > m.rows {
+    if split.is_empty() || split.end > m.rows() {
         return Err(EnvError::Config(format!(
             "backtest split {split:?} is empty or outside the {} rows",
-            m.rows
+            m.rows()
         )));
     }
     if !(capital.is_finite() && capital > 0.0) {
@@ -142,13 +142,13 @@ pub fn backtest(
             "capital must be positive, got {capital}"
         )));
     }
-    let mut obs = vec![0f32; cfg.obs_dim(m.cols)];
+    let mut obs = vec![0f32; cfg.obs_dim(m.cols())];
     let limit = i32::from(cfg.max_position);
     let (mut t, mut position, mut entry) = (split.start, 0i32, 0.0f64);
     let mut equity_now = 0.0;
-    let mut equity = vec![(m.ts[t], 0.0)];
+    let mut equity = vec![(m.ts()[t], 0.0)];
     let mut daily: Vec<f64> = vec![0.0];
-    let mut day_session = m.session[t];
+    let mut day_session = m.session()[t];
     let (mut trades, mut trade_pnl, mut trade_bars) = (Vec::new(), 0.0, 0usize);
     let (mut contracts, mut costs) = (0u64, 0.0);
     loop {
@@ -166,15 +166,15 @@ pub fn backtest(
         equity_now += pnl;
         contracts += u64::from(tr.traded);
         costs += tr.cost;
-        if m.session[tr.next_t] != day_session {
-            day_session = m.session[tr.next_t];
+        if m.session()[tr.next_t] != day_session {
+            day_session = m.session()[tr.next_t];
             daily.push(0.0);
         }
         *daily.last_mut().expect("one day at least") += pnl;
         if tr.terminal {
             equity.last_mut().expect("one point at least").1 = equity_now;
         } else {
-            equity.push((m.ts[tr.next_t], equity_now));
+            equity.push((m.ts()[tr.next_t], equity_now));
         }
         // Trade bookkeeping: a flip closes the old trade (old leg's PnL and exit cost) and opens
         // a new one (new leg's PnL and entry cost).
@@ -206,7 +206,7 @@ pub fn backtest(
             // Flat after the session's end: the next decision is at the next bar's close. The
             // new day is opened by the next step's own check.
             t = tr.next_t + 1;
-            equity.push((m.ts[t], equity_now));
+            equity.push((m.ts()[t], equity_now));
         } else {
             break;
         }

@@ -6,6 +6,9 @@ pub enum EnvError {
     /// A contract spec is missing or invalid.
     #[error("contract spec: {0}")]
     Spec(String),
+    /// Market data whose columns do not fit together.
+    #[error("market data: {0}")]
+    Market(String),
     /// An environment or backtest setting is invalid.
     #[error("environment config: {0}")]
     Config(String),

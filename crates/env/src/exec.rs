@@ -96,7 +96,7 @@ impl Transition {
 /// Whether a decision at the close of bar `t` has no next bar to fill at: `t` is the last row
 /// before `end`, or (under `FlattenAtClose`) the last bar of its session.
 pub fn is_last_bar(m: &MarketData, t: usize, end: usize, rule: SessionRule) -> bool {
-    t + 1 >= end || (rule == SessionRule::FlattenAtClose && m.session[t + 1] != m.session[t])
+    t + 1 >= end || (rule == SessionRule::FlattenAtClose && m.session()[t + 1] != m.session()[t])
 }
 
 /// One step: at the close of bar `t` the agent holds `position` and asks for `target`.
@@ -131,9 +131,9 @@ pub fn transition(
             fill: None,
         };
     }
-    let (open, close_t, close_next) = (m.open[t + 1], m.close[t], m.close[t + 1]);
+    let (open, close_t, close_next) = (m.open()[t + 1], m.close()[t], m.close()[t + 1]);
     let mut traded = (target - position).unsigned_abs();
-    if m.contract[t + 1] != m.contract[t] && position.signum() * target.signum() > 0 {
+    if m.contract()[t + 1] != m.contract()[t] && position.signum() * target.signum() > 0 {
         // Carried across a roll: sell the old contract and buy the new one.
         traded += 2 * position.unsigned_abs().min(target.unsigned_abs());
     }
@@ -171,18 +171,18 @@ pub fn next_entry(entry: f64, position: i32, tr: &Transition) -> f64 {
 mod tests {
     use super::*;
 
-    fn market(open: &[f64], close: &[f64], session: &[u32]) -> MarketData {
+    fn market(open: &[f64], close: &[f64], session: &[u32], contract: &[u16]) -> MarketData {
         let rows = open.len();
-        MarketData {
-            rows,
+        MarketData::new(crate::MarketColumns {
             cols: 0,
             features: Vec::new(),
             open: open.to_vec(),
             close: close.to_vec(),
             session: session.to_vec(),
-            contract: vec![0; rows],
+            contract: contract.to_vec(),
             ts: (0..rows as i64).collect(),
-        }
+        })
+        .expect("valid market data")
     }
 
     fn es() -> Execution {
@@ -201,7 +201,12 @@ mod tests {
 
     #[test]
     fn fills_at_next_open_and_marks_at_close() {
-        let m = market(&[100.0, 101.0, 102.0], &[100.5, 101.5, 102.5], &[0, 0, 0]);
+        let m = market(
+            &[100.0, 101.0, 102.0],
+            &[100.5, 101.5, 102.5],
+            &[0, 0, 0],
+            &[0; 3],
+        );
         let x = es();
         assert_eq!(x.cost_per_side, 2.0 + 12.5);
         let tr = transition(&m, &x, 0, 3, SessionRule::FlattenAtClose, 0, 1);
@@ -220,12 +225,13 @@ mod tests {
 
     #[test]
     fn sessions_and_rolls() {
-        let mut m = market(&[100.0, 101.0, 90.0], &[100.0, 101.0, 90.0], &[0, 0, 1]);
+        let prices = [100.0, 101.0, 90.0];
+        let m = market(&prices, &prices, &[0, 0, 1], &[0; 3]);
         let x = es();
         assert!(transition(&m, &x, 1, 3, SessionRule::FlattenAtClose, 1, 1).terminal);
         let held = transition(&m, &x, 1, 3, SessionRule::Hold, 1, 1);
         assert_eq!((held.terminal, held.hold_pnl), (false, -11.0 * 50.0));
-        m.contract = vec![0, 0, 1];
+        let m = market(&prices, &prices, &[0, 0, 1], &[0, 0, 1]);
         let rolled = transition(&m, &x, 1, 3, SessionRule::Hold, 2, 1);
         assert_eq!(rolled.traded, 1 + 2, "sell one, roll the other one");
     }

@@ -18,7 +18,7 @@ pub mod vec_env;
 pub use backtest::{BacktestReport, Baseline, Policy, backtest, baselines};
 pub use error::EnvError;
 pub use exec::{Costs, Execution, SessionRule, Transition};
-pub use market::MarketData;
+pub use market::{MarketColumns, MarketData};
 pub use metrics::Metrics;
 pub use spec::{ContractSpec, SpecTable};
 pub use vec_env::{EnvConfig, VecEnv, done};

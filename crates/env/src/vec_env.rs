@@ -93,7 +93,7 @@ pub fn observe(
     entry: f64,
     out: &mut [f32],
 ) {
-    let cols = m.cols;
+    let cols = m.cols();
     for k in 0..cfg.lookback {
         let row = (t + k + 1).saturating_sub(cfg.lookback);
         out[k * cols..(k + 1) * cols].copy_from_slice(m.row(row));
@@ -103,7 +103,7 @@ pub fn observe(
     let upnl_ticks = if position == 0 {
         0.0
     } else {
-        (m.close[t] - entry) * f64::from(position) / tick_size
+        (m.close()[t] - entry) * f64::from(position) / tick_size
     };
     out[n + 1] = upnl_ticks as f32 / cfg.upnl_scale;
 }
@@ -168,10 +168,10 @@ impl<'a> VecEnv<'a> {
         seed: u64,
     ) -> Result<Self, EnvError> {
         cfg.validate()?;
-        if split.end > market.rows || split.len() < 2 {
+        if split.end > market.rows() || split.len() < 2 {
             return Err(EnvError::Config(format!(
                 "split {split:?} needs at least 2 of the {} rows",
-                market.rows
+                market.rows()
             )));
         }
         if n == 0 || n > u32::MAX as usize {
@@ -203,7 +203,7 @@ impl<'a> VecEnv<'a> {
     }
     /// Observation length.
     pub fn obs_dim(&self) -> usize {
-        self.cfg.obs_dim(self.market.cols)
+        self.cfg.obs_dim(self.market.cols())
     }
     /// The configuration.
     pub fn config(&self) -> &EnvConfig {

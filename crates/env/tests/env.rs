@@ -1,33 +1,12 @@
 //! foxhunt-env's integration tests on the bundled real ES bars.
 
-use std::path::{Path, PathBuf};
-
-use foxhunt_data::{
-    Adjustment, Dataset, FeatureConfig, LoadOptions, SessionCalendar, SymbolSelector,
-};
 use foxhunt_env::backtest::{BuyAndHold, Decision, Flat, Momentum, Policy, backtest, baselines};
 use foxhunt_env::exec::{SessionRule, transition};
 use foxhunt_env::vec_env::{done, episode_start, observe};
 use foxhunt_env::*;
 
-fn test_data() -> PathBuf {
-    std::env::var_os("FOXHUNT_TEST_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data"))
-}
-
 fn es_market() -> MarketData {
-    let d = Dataset::load(
-        &test_data().join("futures-baseline"),
-        &SymbolSelector::parse("ES.FUT").expect("valid"),
-        &LoadOptions::default(),
-        &SessionCalendar::cme(),
-        Adjustment::Difference,
-        &FeatureConfig::default(),
-    )
-    .expect("bundled data loads");
-    let n = foxhunt_data::Normalizer::fit(&d.features, 0..d.features.rows);
-    MarketData::from_features(&d.features, 0..d.features.rows, Some(&n))
+    foxhunt_testkit::es_market(0..foxhunt_testkit::es_dataset().features.rows)
 }
 
 fn es_exec() -> Execution {
@@ -59,7 +38,7 @@ fn specs_are_built_in_and_overridable() {
         err.contains("no contract spec for XX") && err.contains("ES"),
         "{err}"
     );
-    let dir = std::env::temp_dir().join(format!("foxhunt-env-specs-{}", std::process::id()));
+    let dir = foxhunt_testkit::Scratch::new("env-specs");
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("specs.toml"), "[contracts.ES]\nmultiplier = 5.0\ntick_size = 0.25\n[contracts.ZB]\nmultiplier = 1000.0\ntick_size = 0.03125\n").expect("write");
     let o = SpecTable::with_overrides(&dir.join("specs.toml")).expect("valid file");
@@ -92,12 +71,12 @@ fn buy_and_hold_pnl_is_last_close_minus_first_fill_less_costs() {
         session_rule: SessionRule::Hold,
         ..EnvConfig::default()
     };
-    for split in [0..m.rows, 100..5_000, 17_000..m.rows] {
+    for split in [0..m.rows(), 100..5_000, 17_000..m.rows()] {
         let r = backtest(&m, &x, &cfg, split.clone(), 100_000.0, &mut BuyAndHold).expect("runs");
         // Independently: enter at the open after the first decision, hold to the last close.
-        let (first_fill, last_close) = (m.open[split.start + 1], m.close[split.end - 1]);
+        let (first_fill, last_close) = (m.open()[split.start + 1], m.close()[split.end - 1]);
         let rolls = (split.start + 2..split.end)
-            .filter(|&t| m.contract[t] != m.contract[t - 1])
+            .filter(|&t| m.contract()[t] != m.contract()[t - 1])
             .count() as f64;
         let round_trip = 2.0 * (2.5 + 1.0 * 12.5);
         let expected = (last_close - first_fill) * 50.0 - round_trip - rolls * round_trip;
@@ -130,18 +109,18 @@ fn a_round_trip_costs_exactly_two_sides() {
     let x = es_exec();
     let cfg = EnvConfig::default();
     let at = 2_000;
-    let r = backtest(&m, &x, &cfg, 0..m.rows, 100_000.0, &mut OneTrade { at }).expect("runs");
+    let r = backtest(&m, &x, &cfg, 0..m.rows(), 100_000.0, &mut OneTrade { at }).expect("runs");
     let per_side = 2.5 + 12.5;
     assert_eq!(r.metrics.total_costs, 2.0 * per_side);
     assert_eq!(r.metrics.contracts_traded, 2);
     // Bought at open[at+1], held through close[at+1] and the gap to open[at+2], sold there.
-    let gross = (m.open[at + 2] - m.open[at + 1]) * 50.0;
+    let gross = (m.open()[at + 2] - m.open()[at + 1]) * 50.0;
     assert!((r.metrics.total_pnl - (gross - 2.0 * per_side)).abs() < 1e-9);
     assert_eq!(
         (r.metrics.trades, r.metrics.avg_holding_bars),
         (1, Some(1.0))
     );
-    let flat = backtest(&m, &x, &cfg, 0..m.rows, 100_000.0, &mut Flat).expect("runs");
+    let flat = backtest(&m, &x, &cfg, 0..m.rows(), 100_000.0, &mut Flat).expect("runs");
     assert_eq!(
         (
             flat.metrics.total_pnl,
@@ -183,19 +162,20 @@ fn nothing_after_t_reaches_decisions_or_rewards_up_to_t() {
     };
     let run = |m: &MarketData| {
         let mut p = Recorder { seen: Vec::new() };
-        let r = backtest(m, &x, &cfg, 0..m.rows, 100_000.0, &mut p).expect("runs");
+        let r = backtest(m, &x, &cfg, 0..m.rows(), 100_000.0, &mut p).expect("runs");
         (p.seen, r.equity)
     };
     let (seen0, eq0) = run(&m);
     for k in [10usize, 4_321, 12_000] {
-        let mut changed = m.clone();
-        for t in k + 1..m.rows {
-            changed.open[t] += 7.25;
-            changed.close[t] -= 3.5;
-            for v in &mut changed.features[t * m.cols..(t + 1) * m.cols] {
+        let mut c = m.clone().into_columns();
+        for t in k + 1..m.rows() {
+            c.open[t] += 7.25;
+            c.close[t] -= 3.5;
+            for v in &mut c.features[t * m.cols()..(t + 1) * m.cols()] {
                 *v = -*v + 0.5;
             }
         }
+        let changed = MarketData::new(c).expect("still valid");
         let (seen1, eq1) = run(&changed);
         let upto = |s: &[(usize, Vec<f32>, i32)]| {
             s.iter()
@@ -208,7 +188,7 @@ fn nothing_after_t_reaches_decisions_or_rewards_up_to_t() {
             upto(&seen1),
             "observations and actions up to {k}"
         );
-        let ts_k = m.ts[k];
+        let ts_k = m.ts()[k];
         let eq_upto = |e: &[(i64, f64)]| {
             e.iter()
                 .filter(|(ts, _)| *ts <= ts_k)
@@ -244,7 +224,7 @@ fn vectorized_env_matches_the_scalar_reference_step_for_step() {
     };
     let split = 1_000..15_000;
     let (n, seed) = (300, 42);
-    let dim = cfg.obs_dim(m.cols);
+    let dim = cfg.obs_dim(m.cols());
     let mut env = VecEnv::new(&m, x, cfg.clone(), split.clone(), n, seed).expect("env");
     let mut obs = vec![0f32; n * dim];
     env.reset(&mut obs);
@@ -277,7 +257,8 @@ fn vectorized_env_matches_the_scalar_reference_step_for_step() {
             assert_eq!(rew[i], reward, "env {i} step {step}");
             if !tr.terminal {
                 assert_eq!(
-                    m.session[tr.next_t], m.session[t[i]],
+                    m.session()[tr.next_t],
+                    m.session()[t[i]],
                     "a running episode never crosses a session"
                 );
             }
@@ -323,8 +304,8 @@ fn seeds_make_runs_reproducible() {
     let run = |seed: u64| {
         let cfg = EnvConfig::default();
         let n = 64;
-        let dim = cfg.obs_dim(m.cols);
-        let mut env = VecEnv::new(&m, x, cfg, 0..m.rows, n, seed).expect("env");
+        let dim = cfg.obs_dim(m.cols());
+        let mut env = VecEnv::new(&m, x, cfg, 0..m.rows(), n, seed).expect("env");
         let (mut obs, mut rew, mut dn) = (vec![0f32; n * dim], vec![0f32; n], vec![0u8; n]);
         env.reset(&mut obs);
         let mut total = Vec::new();
@@ -346,7 +327,7 @@ fn baselines_run_side_by_side() {
         &m,
         &es_exec(),
         &EnvConfig::default(),
-        0..m.rows,
+        0..m.rows(),
         100_000.0,
         1,
     )
@@ -360,7 +341,7 @@ fn baselines_run_side_by_side() {
         &m,
         &es_exec(),
         &EnvConfig::default(),
-        0..m.rows,
+        0..m.rows(),
         100_000.0,
         1,
     )
@@ -371,9 +352,9 @@ fn baselines_run_side_by_side() {
     );
     // Momentum decides from closes at or before t only.
     let mut mo = Momentum { lookback: 5 };
-    let obs = vec![0f32; EnvConfig::default().obs_dim(m.cols)];
+    let obs = vec![0f32; EnvConfig::default().obs_dim(m.cols())];
     let t = 3_000;
-    let want = (m.close[t] - m.close[t - 5]).signum() as i32;
+    let want = (m.close()[t] - m.close()[t - 5]).signum() as i32;
     assert_eq!(
         mo.target(&Decision {
             t,
@@ -387,8 +368,7 @@ fn baselines_run_side_by_side() {
 
 #[test]
 fn worked_example_of_docs_environment_md() {
-    let m = MarketData {
-        rows: 4,
+    let m = MarketData::new(MarketColumns {
         cols: 1,
         features: vec![0.0; 4],
         open: vec![4500.00, 4501.25, 4502.50, 4490.00],
@@ -396,7 +376,8 @@ fn worked_example_of_docs_environment_md() {
         session: vec![0, 0, 0, 1],
         contract: vec![0; 4],
         ts: vec![0, 1, 2, 3],
-    };
+    })
+    .expect("valid");
     let x = es_exec();
     assert_eq!(x.cost_per_side, 15.0);
     let cfg = EnvConfig::default();
@@ -432,7 +413,7 @@ fn episodes_can_start_at_given_bars() {
     let m = es_market();
     let x = es_exec();
     let cfg = EnvConfig::default();
-    let dim = cfg.obs_dim(m.cols);
+    let dim = cfg.obs_dim(m.cols());
     let mut env = VecEnv::new(&m, x, cfg.clone(), 100..5_000, 3, 1).expect("env");
     let mut obs = vec![0f32; 3 * dim];
     env.reset_to(&[100, 2_000, 4_998], &mut obs)

@@ -27,7 +27,7 @@
 //! # }
 //! ```
 
-use foxhunt_env::{Execution, MarketData};
+use foxhunt_env::{Execution, MarketColumns, MarketData};
 
 /// What a window's arena is built from: its rows of market data and the execution terms.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,12 +42,12 @@ impl WindowData {
     /// Bytes of market data a host arena copies.
     pub fn bytes(&self) -> u64 {
         let m = &self.market;
-        (size_of_val(m.features.as_slice())
-            + size_of_val(m.open.as_slice())
-            + size_of_val(m.close.as_slice())
-            + size_of_val(m.session.as_slice())
-            + size_of_val(m.contract.as_slice())
-            + size_of_val(m.ts.as_slice())) as u64
+        (size_of_val(m.features())
+            + size_of_val(m.open())
+            + size_of_val(m.close())
+            + size_of_val(m.session())
+            + size_of_val(m.contract())
+            + size_of_val(m.ts())) as u64
     }
 }
 
@@ -136,20 +136,13 @@ impl HostPool {
         self.stats
     }
 
-    fn fill<T: Copy>(
-        free: &mut Vec<Vec<T>>,
-        stats: &mut PoolStats,
-        held: &mut u64,
-        src: &[T],
-    ) -> Vec<T> {
+    /// A free buffer for `src` (the smallest that fits, else a new one), counted.
+    fn take<T>(free: &mut Vec<Vec<T>>, stats: &mut PoolStats, held: &mut u64, src: &[T]) -> Vec<T> {
         let bytes = std::mem::size_of_val(src) as u64;
         let reused = take_fitting(free, src.len(), Vec::capacity);
         stats.count(bytes, reused.is_some(), held);
-        let mut buf = reused.unwrap_or_else(|| Vec::with_capacity(src.len()));
-        buf.clear();
-        buf.extend_from_slice(src);
         stats.uploaded += bytes;
-        buf
+        reused.unwrap_or_else(|| Vec::with_capacity(src.len()))
     }
 
     /// Builds the arena of one window: one copy of `data` into pooled buffers. The arena holds
@@ -157,19 +150,18 @@ impl HostPool {
     pub fn window(&mut self, data: &WindowData) -> HostArena<'_> {
         let m = &data.market;
         let (free, stats, held) = (&mut self.free, &mut self.stats, &mut self.held);
-        let market = MarketData {
-            rows: m.rows,
-            cols: m.cols,
-            features: Self::fill(&mut free.f32, stats, held, &m.features),
-            open: Self::fill(&mut free.f64, stats, held, &m.open),
-            close: Self::fill(&mut free.f64, stats, held, &m.close),
-            session: Self::fill(&mut free.u32, stats, held, &m.session),
-            contract: Self::fill(&mut self.contract, stats, held, &m.contract),
-            ts: Self::fill(&mut free.i64, stats, held, &m.ts),
+        let buffers = MarketColumns {
+            cols: m.cols(),
+            features: Self::take(&mut free.f32, stats, held, m.features()),
+            open: Self::take(&mut free.f64, stats, held, m.open()),
+            close: Self::take(&mut free.f64, stats, held, m.close()),
+            session: Self::take(&mut free.u32, stats, held, m.session()),
+            contract: Self::take(&mut self.contract, stats, held, m.contract()),
+            ts: Self::take(&mut free.i64, stats, held, m.ts()),
         };
         HostArena {
             pool: self,
-            market,
+            market: Some(m.copy_into(buffers)),
             exec: data.exec,
             uploaded: data.bytes(),
         }
@@ -180,7 +172,8 @@ impl HostPool {
 #[derive(Debug)]
 pub struct HostArena<'p> {
     pool: &'p mut HostPool,
-    market: MarketData,
+    /// Present from construction until drop hands the buffers back.
+    market: Option<MarketData>,
     exec: Execution,
     uploaded: u64,
 }
@@ -188,7 +181,9 @@ pub struct HostArena<'p> {
 impl HostArena<'_> {
     /// The window's market data.
     pub fn market(&self) -> &MarketData {
-        &self.market
+        self.market
+            .as_ref()
+            .expect("the window's data is present until the arena drops")
     }
     /// The execution terms.
     pub fn exec(&self) -> &Execution {
@@ -210,26 +205,15 @@ impl HostArena<'_> {
 
 impl Drop for HostArena<'_> {
     fn drop(&mut self) {
-        let m = std::mem::replace(
-            &mut self.market,
-            MarketData {
-                rows: 0,
-                cols: 0,
-                features: Vec::new(),
-                open: Vec::new(),
-                close: Vec::new(),
-                session: Vec::new(),
-                contract: Vec::new(),
-                ts: Vec::new(),
-            },
-        );
+        let Some(m) = self.market.take() else { return };
+        let c = m.into_columns();
         let free = &mut self.pool.free;
-        free.f32.push(m.features);
-        free.f64.push(m.open);
-        free.f64.push(m.close);
-        free.u32.push(m.session);
-        free.i64.push(m.ts);
-        self.pool.contract.push(m.contract);
+        free.f32.push(c.features);
+        free.f64.push(c.open);
+        free.f64.push(c.close);
+        free.u32.push(c.session);
+        free.i64.push(c.ts);
+        self.pool.contract.push(c.contract);
     }
 }
 

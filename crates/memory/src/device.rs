@@ -84,17 +84,17 @@ impl DevicePool {
     /// pool until it is dropped, so windows are strictly one after another.
     pub fn window(&mut self, data: &WindowData) -> Result<GpuArena<'_>, MemoryError> {
         let m = &data.market;
-        if m.rows > u32::MAX as usize {
-            return Err(MemoryError::Config(format!("{} rows exceed u32", m.rows)));
+        if m.rows() > u32::MAX as usize {
+            return Err(MemoryError::Config(format!("{} rows exceed u32", m.rows())));
         }
-        let contract: Vec<u32> = m.contract.iter().map(|&c| u32::from(c)).collect();
+        let contract: Vec<u32> = m.contract().iter().map(|&c| u32::from(c)).collect();
         let ctx = self.ctx.clone();
         let before = self.stats.uploaded;
         let (free, stats, held) = (&mut self.free, &mut self.stats, &mut self.held);
-        let features = Self::fill(&ctx, &mut free.f32, stats, held, &m.features)?;
-        let open = Self::fill(&ctx, &mut free.f64, stats, held, &m.open)?;
-        let close = Self::fill(&ctx, &mut free.f64, stats, held, &m.close)?;
-        let session = Self::fill(&ctx, &mut free.u32, stats, held, &m.session)?;
+        let features = Self::fill(&ctx, &mut free.f32, stats, held, m.features())?;
+        let open = Self::fill(&ctx, &mut free.f64, stats, held, m.open())?;
+        let close = Self::fill(&ctx, &mut free.f64, stats, held, m.close())?;
+        let session = Self::fill(&ctx, &mut free.u32, stats, held, m.session())?;
         let contract = Self::fill(&ctx, &mut free.u32, stats, held, &contract)?;
         let uploaded = stats.uploaded - before;
         Ok(GpuArena {
@@ -104,8 +104,8 @@ impl DevicePool {
                 close,
                 session,
                 contract,
-                rows: m.rows,
-                cols: m.cols,
+                rows: m.rows(),
+                cols: m.cols(),
             }),
             pool: self,
             exec: data.exec,

@@ -26,7 +26,7 @@ fn a_window_is_copied_once_and_its_buffers_serve_the_next_window() {
         assert_eq!(after_upload.uploaded, w0.bytes());
         assert_eq!(after_upload.allocated, w0.bytes());
         // Epochs 2..N step environments over the resident data and copy nothing.
-        let mut obs = vec![0f32; 16 * EnvConfig::default().obs_dim(w0.market.cols)];
+        let mut obs = vec![0f32; 16 * EnvConfig::default().obs_dim(w0.market.cols())];
         for e in 1..4 {
             let epoch = arena.epoch(e);
             let a = epoch.arena();

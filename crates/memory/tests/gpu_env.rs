@@ -55,8 +55,8 @@ fn gpu_environment_matches_the_cpu_reference() {
             "hold across sessions",
         ),
     ] {
-        let (n, steps, seed, split) = (4096usize, 3000usize, 17u64, 200..m.rows);
-        let dim = cfg.obs_dim(m.cols);
+        let (n, steps, seed, split) = (4096usize, 3000usize, 17u64, 200..m.rows());
+        let dim = cfg.obs_dim(m.cols());
         let mut cpu = VecEnv::new(&m, x, cfg.clone(), split.clone(), n, seed).expect("cpu env");
         let mut gpu = GpuVecEnv::new(&arena, cfg.clone(), split.clone(), n, seed).expect("gpu env");
         let (mut obs, mut rew, mut dn) = (vec![0f32; n * dim], vec![0f32; n], vec![0u8; n]);
@@ -106,7 +106,7 @@ fn the_device_arena_uploads_once_and_the_pool_reuses_its_buffers() {
     use foxhunt_memory::GpuVecEnv;
     let Some(ctx) = gpu_or_skip() else { return };
     let (m, x) = es();
-    let half = m.rows / 2;
+    let half = m.rows() / 2;
     let real = foxhunt_testkit::es_real_rows();
     let small = WindowData {
         market: foxhunt_testkit::es_market(real.start..real.start + half),
@@ -128,7 +128,7 @@ fn the_device_arena_uploads_once_and_the_pool_reuses_its_buffers() {
             let mut env = GpuVecEnv::new(
                 epoch.arena(),
                 EnvConfig::default(),
-                0..m.rows,
+                0..m.rows(),
                 1024,
                 e as u64,
             )
@@ -161,7 +161,7 @@ fn the_device_arena_uploads_once_and_the_pool_reuses_its_buffers() {
             foxhunt_env::VecEnv::new(&small.market, x, EnvConfig::default(), 0..half, 64, 3)
                 .expect("cpu");
         let mut gpu = GpuVecEnv::new(&arena, EnvConfig::default(), 0..half, 64, 3).expect("gpu");
-        let dim = EnvConfig::default().obs_dim(m.cols);
+        let dim = EnvConfig::default().obs_dim(m.cols());
         let mut obs = vec![0f32; 64 * dim];
         cpu.reset(&mut obs);
         gpu.reset().expect("reset");
@@ -190,9 +190,9 @@ fn the_step_kernel_writes_the_replay_ring_and_sampling_on_the_device_matches_the
         ..EnvConfig::default()
     };
     let (n, cap, steps, seed) = (512usize, 64usize, 150usize, 5u64);
-    let dim = cfg.obs_dim(m.cols);
-    let mut cpu = VecEnv::new(&m, x, cfg.clone(), 0..m.rows, n, seed).expect("cpu");
-    let mut gpu = GpuVecEnv::new(&arena, cfg.clone(), 0..m.rows, n, seed).expect("gpu");
+    let dim = cfg.obs_dim(m.cols());
+    let mut cpu = VecEnv::new(&m, x, cfg.clone(), 0..m.rows(), n, seed).expect("cpu");
+    let mut gpu = GpuVecEnv::new(&arena, cfg.clone(), 0..m.rows(), n, seed).expect("gpu");
     let mut replay = DeviceReplay::new(&ctx, n, cap).expect("ring");
     let (mut obs, mut rew, mut dn) = (vec![0f32; n * dim], vec![0f32; n], vec![0u8; n]);
     cpu.reset(&mut obs);

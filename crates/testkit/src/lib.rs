@@ -52,7 +52,7 @@ pub fn es_real_rows() -> Range<usize> {
 pub fn es_market(rows: Range<usize>) -> MarketData {
     let f = &es_dataset().features;
     let n = Normalizer::fit(f, rows.clone());
-    MarketData::from_features(f, rows, Some(&n))
+    MarketData::from_features(f, rows, Some(&n)).expect("the bundled rows are valid market data")
 }
 
 /// ES's contract terms with the default costs (2.50 per side, one tick of slippage).
@@ -95,10 +95,18 @@ impl Scratch {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
 
-    /// A path inside the directory.
-    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
-        self.path.join(rel)
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.path
     }
 }
 

@@ -382,7 +382,7 @@ impl WindowCtx<'_> {
         let base = rows.start;
         let norm = Normalizer::fit(m, w.train.rows.clone());
         let data = WindowData {
-            market: MarketData::from_features(m, rows, Some(&norm)),
+            market: MarketData::from_features(m, rows, Some(&norm)).map_err(TrainError::from)?,
             exec: self.exec,
         };
         let arena = pool.window(&data);

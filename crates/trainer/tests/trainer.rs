@@ -2,33 +2,13 @@
 //! structure (snapshot, times redacted), resume after a stop giving identical results, and a
 //! window whose loss stops being finite failing alone while the run goes on.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use foxhunt_data::{
-    Adjustment, Dataset, FeatureConfig, LoadOptions, Period, SessionCalendar, SymbolSelector,
-    WalkForwardConfig,
-};
+use foxhunt_data::{Period, WalkForwardConfig};
 use foxhunt_env::SpecTable;
+use foxhunt_testkit::Scratch;
 use foxhunt_trainer::report::WindowStatus;
 use foxhunt_trainer::{DeviceChoice, Job, RunOptions, TrainConfig, TrainError};
-
-fn test_data() -> PathBuf {
-    std::env::var_os("FOXHUNT_TEST_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data"))
-}
-
-fn dataset() -> Dataset {
-    Dataset::load(
-        &test_data().join("futures-baseline"),
-        &SymbolSelector::parse("ES.FUT").expect("valid"),
-        &LoadOptions::default(),
-        &SessionCalendar::cme(),
-        Adjustment::Difference,
-        &FeatureConfig::default(),
-    )
-    .expect("bundled data")
-}
 
 /// The profile windows (3/1/1 months, step 3): two windows on the bundled data.
 fn windows() -> WalkForwardConfig {
@@ -63,12 +43,12 @@ fn run(
     resume: bool,
     stop: Option<usize>,
 ) -> Result<foxhunt_trainer::RunReport, TrainError> {
-    let d = dataset();
+    let d = foxhunt_testkit::es_dataset();
     let spec = SpecTable::default().get("ES").expect("ES").clone();
     let w = windows();
     foxhunt_trainer::run(
         &Job {
-            dataset: &d,
+            dataset: d,
             spec: &spec,
             windows: &w,
             cfg,
@@ -83,10 +63,11 @@ fn run(
     )
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("foxhunt-trainer-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    p
+/// A scratch directory's `run` folder, not yet made (as a run directory is before `train`).
+fn scratch(name: &str) -> (Scratch, std::path::PathBuf) {
+    let s = Scratch::new(&format!("trainer-{name}"));
+    let run = s.join("run");
+    (s, run)
 }
 
 /// Replaces every `=number` of a phase line's times with `=[ms]`.
@@ -104,7 +85,7 @@ fn redact(line: &str) -> String {
 
 #[test]
 fn phase_breakdown_has_one_line_per_epoch_and_init_uploads_only_first() {
-    let out = scratch("phases");
+    let (_tmp, out) = scratch("phases");
     let r = run(&small(), &out, false, None).expect("runs");
     let lines: Vec<String> = r.phases.iter().map(|p| redact(&p.to_string())).collect();
     insta::assert_snapshot!(lines.join("\n"));
@@ -141,13 +122,12 @@ fn phase_breakdown_has_one_line_per_epoch_and_init_uploads_only_first() {
     // A second run into the same directory without --resume is refused: nothing is overwritten.
     let again = run(&small(), &out, false, None).expect_err("refused");
     assert!(again.to_string().contains("already holds a run"), "{again}");
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 fn a_stopped_run_resumes_to_identical_results() {
     let cfg = small();
-    let (full, parts) = (scratch("full"), scratch("parts"));
+    let ((_t1, full), (_t2, parts)) = (scratch("full"), scratch("parts"));
     let a = run(&cfg, &full, false, None).expect("uninterrupted run");
     // Stop inside window 1 (window 0 has 3 epochs), then continue.
     let stopped = run(&cfg, &parts, false, Some(4)).expect_err("stops");
@@ -169,7 +149,7 @@ fn a_stopped_run_resumes_to_identical_results() {
     // Window 1's first epoch was trained before the stop and its breakdown kept.
     assert_eq!(b.phases.len(), a.phases.len());
     // A budget that ends exactly with a window stops before the next one starts.
-    let edge = scratch("edge");
+    let (_t3, edge) = scratch("edge");
     let e = run(&cfg, &edge, false, Some(3)).expect_err("stops");
     assert!(matches!(e, TrainError::Stopped { epochs: 3 }), "{e}");
     assert!(edge.join("windows/window-000/report.json").is_file());
@@ -177,7 +157,6 @@ fn a_stopped_run_resumes_to_identical_results() {
         !edge.join("windows/window-001").exists(),
         "window 1 was not begun"
     );
-    let _ = std::fs::remove_dir_all(&edge);
     // A resume under another configuration is refused, naming what differs.
     let other = TrainConfig {
         seed: 12,
@@ -185,13 +164,11 @@ fn a_stopped_run_resumes_to_identical_results() {
     };
     let e = run(&other, &parts, true, None).expect_err("other config");
     assert!(e.to_string().contains("train.seed: 11 -> 12"), "{e}");
-    let _ = std::fs::remove_dir_all(&full);
-    let _ = std::fs::remove_dir_all(&parts);
 }
 
 #[test]
 fn a_non_finite_loss_fails_its_window_and_the_run_goes_on() {
-    let out = scratch("nan");
+    let (_tmp, out) = scratch("nan");
     let mut cfg = small();
     // A learning rate of 1e30 blows the weights up in the first updates.
     cfg.dqn.lr = 1e30;
@@ -212,7 +189,6 @@ fn a_non_finite_loss_fails_its_window_and_the_run_goes_on() {
     assert!(r.aggregate.is_empty(), "no finished window, no aggregate");
     let summary = foxhunt_trainer::report::summary(&r);
     assert!(summary.contains("FAILED: window 1, epoch 0"), "{summary}");
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// On a GPU (feature `cuda`, FOXHUNT_GPU_TESTS=1): the device path (arena, GPU environments,
@@ -222,20 +198,19 @@ fn a_non_finite_loss_fails_its_window_and_the_run_goes_on() {
 #[cfg(feature = "cuda")]
 #[test]
 fn on_the_gpu_the_fused_path_trains_and_repeats_itself_exactly() {
-    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
+    if !foxhunt_testkit::gpu_tests() {
         return;
     }
     let cfg = TrainConfig {
         device: DeviceChoice::Cuda,
         ..small()
     };
-    let (one, two) = (scratch("gpu-one"), scratch("gpu-two"));
+    let ((_t1, one), (_t2, two)) = (scratch("gpu-one"), scratch("gpu-two"));
     let a = run(&cfg, &one, false, None).expect("GPU run");
     let b = run(&cfg, &two, false, None).expect("GPU run again");
     assert_eq!(a.device, "cuda");
     assert_eq!(a.windows, b.windows, "same seed, same results on the GPU");
-    let on_cpu = scratch("gpu-cpu");
+    let (_t3, on_cpu) = scratch("gpu-cpu");
     let cpu = run(&small(), &on_cpu, false, None).expect("CPU run");
     // The device ring counts a step's transitions once its next row exists, the host replay
     // at once: the first epoch may make one update fewer, the structure is the same.
@@ -268,8 +243,5 @@ fn on_the_gpu_the_fused_path_trains_and_repeats_itself_exactly() {
             "training changes the policy: {:?}",
             w.epochs
         );
-    }
-    for d in [one, two, on_cpu] {
-        let _ = std::fs::remove_dir_all(d);
     }
 }
