@@ -189,7 +189,7 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
     name: &str,
     updates: usize,
 ) -> Result<()> {
-    use foxhunt_dqn::{Batch, DqnAgent, DqnConfig};
+    use foxhunt_dqn::{AgentConfig, Batch, DqnAgent, DqnConfig};
     println!(
         "bench dqn: {name}, obs 32, hidden 128x128, 3 actions, {updates} timed updates per batch size"
     );
@@ -198,11 +198,14 @@ fn dqn_on<B: burn::tensor::backend::AutodiffBackend>(
         "dense", "batch", "median us", "min us", "pipelined us"
     );
     for (full_f32, batch) in [(false, 64usize), (false, 1024), (true, 64), (true, 1024)] {
-        let cfg = DqnConfig {
-            batch_size: batch,
-            replay_capacity: 4096,
-            full_f32,
-            ..DqnConfig::default()
+        let cfg = AgentConfig {
+            dqn: DqnConfig {
+                batch_size: batch,
+                replay_capacity: 4096,
+                full_f32,
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
         };
         let mut agent = DqnAgent::<B>::new(cfg, device)?;
         let mut replay = bench_replay();
@@ -273,7 +276,7 @@ fn bench_replay() -> foxhunt_dqn::replay::Replay {
 #[cfg(feature = "cuda")]
 fn dqn_fused(updates: usize) -> Result<()> {
     use foxhunt_dqn::fused::FusedDqn;
-    use foxhunt_dqn::{CpuBackend, DqnAgent, DqnConfig};
+    use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
     let ctx = foxhunt_gpu::GpuContext::new(0)?;
     println!("bench dqn: cuda (foxhunt fused engine), same shapes, {updates} timed updates");
     println!(
@@ -281,10 +284,13 @@ fn dqn_fused(updates: usize) -> Result<()> {
         "dense", "batch", "median us", "min us", "pipelined us"
     );
     for batch in [64usize, 1024] {
-        let cfg = DqnConfig {
-            batch_size: batch,
-            replay_capacity: 4096,
-            ..DqnConfig::default()
+        let cfg = AgentConfig {
+            dqn: DqnConfig {
+                batch_size: batch,
+                replay_capacity: 4096,
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
         };
         let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
         let mut engine = FusedDqn::new(&ctx, &cfg, &agent.export_state(), 2 * updates + 40)?;

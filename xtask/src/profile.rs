@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use foxhunt::args::TrainArgs;
 use foxhunt_trainer::PhaseTimes;
-use foxhunt_trainer::args::TrainArgs;
 use foxhunt_trainer::phase::PHASES;
 use serde::{Deserialize, Serialize};
 

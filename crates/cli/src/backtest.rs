@@ -8,7 +8,7 @@ use foxhunt_data::session::date_to_day;
 use foxhunt_env::{BacktestReport, Baseline, Costs, EnvConfig, Execution, MarketData, SpecTable};
 use serde::Serialize;
 
-use foxhunt_trainer::args::LoaderArgs;
+use foxhunt::args::LoaderArgs;
 
 /// `--strategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

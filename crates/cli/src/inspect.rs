@@ -9,7 +9,7 @@ use foxhunt_data::walkforward::{Plan, plan};
 use foxhunt_data::{Dataset, Roll};
 use serde::Serialize;
 
-use foxhunt_trainer::args::{LoaderArgs, WindowArgs};
+use foxhunt::args::{LoaderArgs, WindowArgs};
 
 /// Gaps inside a session shorter than this (or than two bars) are ordinary quiet minutes.
 const GAP_MINUTES: i64 = 30;

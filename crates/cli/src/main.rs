@@ -23,7 +23,7 @@ struct Cli {
 enum Command {
     /// Train a DQN agent on each walk-forward window; report out-of-sample results beside the
     /// baselines and the phase breakdown of every epoch.
-    Train(Box<foxhunt_trainer::args::TrainArgs>),
+    Train(Box<foxhunt::args::TrainArgs>),
     /// Print the summary of a finished training run.
     Report(train::ReportArgs),
     /// Run a baseline strategy over a date range and print its metrics.

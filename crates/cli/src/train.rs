@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use foxhunt_trainer::args::TrainArgs;
+use foxhunt::args::TrainArgs;
 use foxhunt_trainer::report::{RunReport, read_json, summary};
 
 /// Runs `foxhunt train` and prints the summary table.

@@ -13,6 +13,7 @@ use crate::symbol::ContractCode;
 
 /// How earlier contracts' prices are adjusted to line up with the latest contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Adjustment {
     /// Raw prices; the series jumps at each roll.

@@ -8,7 +8,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
 
 use crate::DqnError;
-use crate::config::{DqnConfig, Loss, TargetUpdate};
+use crate::config::{AgentConfig, DqnConfig, Loss, TargetUpdate};
 use crate::model::QNetwork;
 
 /// A batch of n-step transitions, all on the agent's device.
@@ -160,7 +160,7 @@ pub fn td_loss<B: Backend>(td: Tensor<B, 1>, loss: Loss) -> Tensor<B, 1> {
 
 /// A DQN agent: online and target networks, Adam, counters.
 pub struct DqnAgent<B: AutodiffBackend> {
-    cfg: DqnConfig,
+    cfg: AgentConfig,
     online: Option<QNetwork<B>>,
     target: QNetwork<B::InnerBackend>,
     optim: OptimizerAdaptor<Adam, QNetwork<B>, B>,
@@ -172,7 +172,7 @@ pub struct DqnAgent<B: AutodiffBackend> {
 impl<B: AutodiffBackend> DqnAgent<B> {
     /// A new agent on `device`, its networks initialized from `cfg.seed` alone (the same
     /// seed gives the same weights on any thread; see [`QNetwork::init`]).
-    pub fn new(cfg: DqnConfig, device: &B::Device) -> Result<Self, DqnError> {
+    pub fn new(cfg: AgentConfig, device: &B::Device) -> Result<Self, DqnError> {
         cfg.validate()?;
         let online = QNetwork::<B>::init(&cfg, device);
         let target = online.valid();
@@ -200,7 +200,7 @@ impl<B: AutodiffBackend> DqnAgent<B> {
     }
 
     /// The configuration.
-    pub fn config(&self) -> &DqnConfig {
+    pub fn config(&self) -> &AgentConfig {
         &self.cfg
     }
     /// The device.
@@ -369,7 +369,7 @@ impl<B: AutodiffBackend> DqnAgent<B> {
 
     /// Rebuilds an agent from checkpoint parts.
     pub(crate) fn from_parts(
-        cfg: DqnConfig,
+        cfg: AgentConfig,
         device: &B::Device,
         online: QNetwork<B>,
         target: QNetwork<B::InnerBackend>,

@@ -1,7 +1,7 @@
 //! Checkpoints: online and target networks, optimizer state, counters and config in one file,
 //! written atomically (temporary file, then rename), refused under a different config.
 //!
-//! Layout: the magic `FOXHUNT-DQN1`, then four length-prefixed (u64 little-endian) parts: a JSON
+//! Layout: the magic `FOXHUNT-DQN2`, then four length-prefixed (u64 little-endian) parts: a JSON
 //! header (config, updates, env steps), and the online, target and optimizer records in burn's
 //! binary recorder format at full precision.
 
@@ -15,14 +15,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::DqnError;
 use crate::agent::DqnAgent;
-use crate::config::DqnConfig;
+use crate::config::AgentConfig;
 use crate::model::QNetwork;
 
-const MAGIC: &[u8; 12] = b"FOXHUNT-DQN1";
+const MAGIC: &[u8; 12] = b"FOXHUNT-DQN2";
+/// The first format, whose header held the derived values among the settings.
+const MAGIC_V1: &[u8; 12] = b"FOXHUNT-DQN1";
 
 #[derive(Serialize, Deserialize)]
 struct Header {
-    config: DqnConfig,
+    config: AgentConfig,
     updates: u64,
     env_steps: u64,
 }
@@ -72,10 +74,16 @@ pub fn save<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<(), 
 /// names the differing settings.
 pub fn load<B: AutodiffBackend>(
     path: &Path,
-    cfg: &DqnConfig,
+    cfg: &AgentConfig,
     device: &B::Device,
 ) -> Result<DqnAgent<B>, DqnError> {
     let bytes = std::fs::read(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    if bytes.starts_with(MAGIC_V1) {
+        return Err(err(
+            path,
+            "written by an earlier foxhunt (checkpoint format 1), which this version does not read",
+        ));
+    }
     let rest = bytes
         .strip_prefix(MAGIC.as_slice())
         .ok_or_else(|| err(path, "not a foxhunt DQN checkpoint (bad magic)"))?;
@@ -100,7 +108,7 @@ pub fn load<B: AutodiffBackend>(
             path,
             format!(
                 "written for another configuration; differing settings: {}",
-                diff(&header.config, cfg)
+                foxhunt_fs::json_diff(&header.config, cfg)
             ),
         ));
     }
@@ -126,20 +134,4 @@ pub fn load<B: AutodiffBackend>(
         header.updates,
         header.env_steps,
     ))
-}
-
-/// `name: saved -> wanted` for each top-level setting that differs.
-fn diff(saved: &DqnConfig, wanted: &DqnConfig) -> String {
-    let (a, b) = (
-        serde_json::to_value(saved).unwrap_or_default(),
-        serde_json::to_value(wanted).unwrap_or_default(),
-    );
-    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
-        return "unknown".into();
-    };
-    a.iter()
-        .filter(|(k, v)| b.get(*k) != Some(v))
-        .map(|(k, v)| format!("{k}: {v} -> {}", b.get(k).cloned().unwrap_or_default()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

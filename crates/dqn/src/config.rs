@@ -1,10 +1,13 @@
-//! The agent's configuration: every hyperparameter with its default, serializable so that a
+//! The agent's configuration: every hyperparameter a user sets, with its default, in
+//! [`DqnConfig`]; and what an agent is built from, [`AgentConfig`]: those settings plus the values
+//! the environment and the run derive (observation size, actions, seed). Serializable, so that a
 //! checkpoint can refuse weights of another architecture.
 
 use serde::{Deserialize, Serialize};
 
 /// Hidden-layer activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Activation {
     /// max(0, x).
@@ -17,7 +20,7 @@ pub enum Activation {
 
 /// TD loss on the chosen actions.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", tag = "kind")]
+#[serde(rename_all = "lowercase", tag = "kind", deny_unknown_fields)]
 pub enum Loss {
     /// Huber with threshold `delta` (smooth L1 for delta = 1).
     Huber {
@@ -28,9 +31,32 @@ pub enum Loss {
     Mse,
 }
 
+/// Which TD loss, without its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum LossKind {
+    /// Huber.
+    Huber,
+    /// Squared error.
+    Mse,
+}
+
+impl Loss {
+    /// Huber's threshold when none is given.
+    pub const DEFAULT_HUBER_DELTA: f32 = 1.0;
+
+    /// The loss's kind.
+    pub fn kind(&self) -> LossKind {
+        match self {
+            Loss::Huber { .. } => LossKind::Huber,
+            Loss::Mse => LossKind::Mse,
+        }
+    }
+}
+
 /// Learning-rate schedule over updates.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", tag = "kind")]
+#[serde(rename_all = "lowercase", tag = "kind", deny_unknown_fields)]
 pub enum LrSchedule {
     /// Always `lr`.
     Constant,
@@ -50,9 +76,59 @@ pub enum LrSchedule {
     },
 }
 
+/// Which learning-rate schedule, without its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum LrScheduleKind {
+    /// Constant.
+    Constant,
+    /// Linear decay.
+    Linear,
+    /// Cosine decay.
+    Cosine,
+}
+
+impl LrSchedule {
+    /// The final fraction of lr a decaying schedule reaches when none is given.
+    pub const DEFAULT_END_FACTOR: f64 = 0.1;
+    /// The updates a decaying schedule takes when none are given.
+    pub const DEFAULT_STEPS: u64 = 100_000;
+
+    /// The schedule's kind.
+    pub fn kind(&self) -> LrScheduleKind {
+        match self {
+            LrSchedule::Constant => LrScheduleKind::Constant,
+            LrSchedule::Linear { .. } => LrScheduleKind::Linear,
+            LrSchedule::Cosine { .. } => LrScheduleKind::Cosine,
+        }
+    }
+
+    /// Final fraction of lr and updates to get there when the schedule decays, else `None`.
+    pub fn decay(&self) -> Option<(f64, u64)> {
+        match *self {
+            LrSchedule::Constant => None,
+            LrSchedule::Linear { end_factor, steps } => Some((end_factor, steps)),
+            LrSchedule::Cosine { min_factor, steps } => Some((min_factor, steps)),
+        }
+    }
+
+    /// A schedule of `kind` that decays to `end_factor` of lr over `steps` updates (both unused
+    /// by a constant schedule).
+    pub fn of(kind: LrScheduleKind, end_factor: f64, steps: u64) -> Self {
+        match kind {
+            LrScheduleKind::Constant => LrSchedule::Constant,
+            LrScheduleKind::Linear => LrSchedule::Linear { end_factor, steps },
+            LrScheduleKind::Cosine => LrSchedule::Cosine {
+                min_factor: end_factor,
+                steps,
+            },
+        }
+    }
+}
+
 /// How the target network follows the online network.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", tag = "kind")]
+#[serde(rename_all = "lowercase", tag = "kind", deny_unknown_fields)]
 pub enum TargetUpdate {
     /// Copy the online weights every `every` updates.
     Hard {
@@ -68,6 +144,7 @@ pub enum TargetUpdate {
 
 /// Epsilon schedule shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Decay {
     /// Straight line from start to end.
@@ -76,8 +153,10 @@ pub enum Decay {
     Exponential,
 }
 
-/// Epsilon-greedy exploration over environment steps.
+/// Epsilon-greedy exploration over environment steps. Default: linear from 1.0 to 0.05 over the
+/// first 20,000 environment steps.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Epsilon {
     /// Epsilon at step 0.
     pub start: f64,
@@ -87,6 +166,17 @@ pub struct Epsilon {
     pub steps: u64,
     /// Shape of the decay.
     pub decay: Decay,
+}
+
+impl Default for Epsilon {
+    fn default() -> Self {
+        Self {
+            start: 1.0,
+            end: 0.05,
+            steps: 20_000,
+            decay: Decay::Linear,
+        }
+    }
 }
 
 impl Epsilon {
@@ -105,8 +195,10 @@ impl Epsilon {
     }
 }
 
-/// Proportional prioritized replay (Schaul et al. 2016).
+/// Proportional prioritized replay (Schaul et al. 2016). Default: alpha 0.6, beta from 0.4 to 1
+/// over 100,000 updates, eps 1e-6.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Prioritized {
     /// Priority exponent: p = (|td| + eps)^alpha.
     pub alpha: f64,
@@ -129,17 +221,14 @@ impl Default for Prioritized {
     }
 }
 
-/// Everything that defines a DQN agent. Defaults: hidden 128x128 ReLU, no dueling, no layer
-/// norm, double DQN, 1-step, gamma 0.99, Huber(1), grad-norm clip 10, Adam(1e-3, 0.9, 0.999,
-/// 1e-8, no weight decay), constant lr, hard target copy every 1000 updates, epsilon linear
-/// 1.0 -> 0.05 over 100k steps, uniform replay of 100k transitions, batch 64, seed 0.
+/// The DQN settings a user chooses (TOML table `[dqn]`). Defaults: hidden 128x128 ReLU, no
+/// dueling, no layer norm, double DQN, 1-step, gamma 0.99, Huber(1), grad-norm clip 10,
+/// Adam(1e-3, 0.9, 0.999, 1e-8, no weight decay), constant lr, hard target copy every 1000
+/// updates, epsilon linear 1.0 -> 0.05 over 20k environment steps, uniform replay of 100k
+/// transitions, batch 64. Each default is defined once, here: a partial table keeps the others.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DqnConfig {
-    /// Observation length (input).
-    pub obs_dim: usize,
-    /// Number of discrete actions (output).
-    pub actions: usize,
     /// Hidden layer widths.
     pub hidden: Vec<usize>,
     /// Hidden activation.
@@ -180,8 +269,6 @@ pub struct DqnConfig {
     pub replay_capacity: usize,
     /// Transitions per update.
     pub batch_size: usize,
-    /// Seed of initialization, exploration and sampling.
-    pub seed: u64,
     /// Dense layers as full-f32 multiply-and-sum instead of the backend's matmul. On Hopper,
     /// burn-cuda 0.21's matmul rounds f32 operands to TF32 (about 5e-4 relative to the CPU);
     /// this path agrees with the CPU to about 1e-6, at some cost in speed. Default false.
@@ -191,8 +278,6 @@ pub struct DqnConfig {
 impl Default for DqnConfig {
     fn default() -> Self {
         Self {
-            obs_dim: 32,
-            actions: 3,
             hidden: vec![128, 128],
             activation: Activation::Relu,
             dueling: false,
@@ -200,7 +285,9 @@ impl Default for DqnConfig {
             double: true,
             n_step: 1,
             gamma: 0.99,
-            loss: Loss::Huber { delta: 1.0 },
+            loss: Loss::Huber {
+                delta: Loss::DEFAULT_HUBER_DELTA,
+            },
             grad_clip: Some(10.0),
             lr: 1e-3,
             beta1: 0.9,
@@ -209,16 +296,10 @@ impl Default for DqnConfig {
             weight_decay: 0.0,
             lr_schedule: LrSchedule::Constant,
             target_update: TargetUpdate::Hard { every: 1000 },
-            epsilon: Epsilon {
-                start: 1.0,
-                end: 0.05,
-                steps: 100_000,
-                decay: Decay::Linear,
-            },
+            epsilon: Epsilon::default(),
             prioritized: None,
             replay_capacity: 100_000,
             batch_size: 64,
-            seed: 0,
             full_f32: false,
         }
     }
@@ -228,12 +309,6 @@ impl DqnConfig {
     /// Checks the values a user may have set; the error says which and why.
     pub fn validate(&self) -> Result<(), crate::DqnError> {
         let bad = |m: String| Err(crate::DqnError::Config(m));
-        if self.obs_dim == 0 || self.actions < 2 {
-            return bad(format!(
-                "obs_dim must be >= 1 and actions >= 2 (got {} and {})",
-                self.obs_dim, self.actions
-            ));
-        }
         if self.hidden.is_empty() || self.hidden.contains(&0) {
             return bad(format!(
                 "hidden must list one or more positive widths, got {:?}",
@@ -266,18 +341,6 @@ impl DqnConfig {
         Ok(())
     }
 
-    /// The fields that fix the network's shape: a checkpoint only loads into the same ones.
-    pub fn architecture(&self) -> (usize, usize, &[usize], Activation, bool, bool) {
-        (
-            self.obs_dim,
-            self.actions,
-            &self.hidden,
-            self.activation,
-            self.dueling,
-            self.layer_norm,
-        )
-    }
-
     /// Learning rate at update `step`.
     pub fn lr_at(&self, step: u64) -> f64 {
         match self.lr_schedule {
@@ -300,6 +363,128 @@ impl DqnConfig {
                     * (min_factor
                         + (1.0 - min_factor) * 0.5 * (1.0 + (std::f64::consts::PI * f).cos()))
             }
+        }
+    }
+}
+
+/// What an agent is built from: the user's [`DqnConfig`] and the values derived for it (the
+/// observation size and the number of actions from the environment, the seed from the run and
+/// the window). Reads as a [`DqnConfig`] through `Deref`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Observation length (input).
+    pub obs_dim: usize,
+    /// Number of discrete actions (output).
+    pub actions: usize,
+    /// Seed of initialization and replay sampling.
+    pub seed: u64,
+    /// The DQN settings.
+    pub dqn: DqnConfig,
+}
+
+impl Default for AgentConfig {
+    /// 32 inputs, 3 actions, seed 0, the default settings.
+    fn default() -> Self {
+        Self {
+            obs_dim: 32,
+            actions: 3,
+            seed: 0,
+            dqn: DqnConfig::default(),
+        }
+    }
+}
+
+impl std::ops::Deref for AgentConfig {
+    type Target = DqnConfig;
+    fn deref(&self) -> &DqnConfig {
+        &self.dqn
+    }
+}
+
+impl AgentConfig {
+    /// An agent of `obs_dim` inputs and `actions` outputs, seeded by `seed`, with settings `dqn`.
+    pub fn new(obs_dim: usize, actions: usize, seed: u64, dqn: DqnConfig) -> Self {
+        Self {
+            obs_dim,
+            actions,
+            seed,
+            dqn,
+        }
+    }
+
+    /// Checks the shape and the settings; the error says which value and why.
+    pub fn validate(&self) -> Result<(), crate::DqnError> {
+        if self.obs_dim == 0 || self.actions < 2 {
+            return Err(crate::DqnError::Config(format!(
+                "obs_dim must be >= 1 and actions >= 2 (got {} and {})",
+                self.obs_dim, self.actions
+            )));
+        }
+        self.dqn.validate()
+    }
+
+    /// The fields that fix the network's shape: a checkpoint only loads into the same ones.
+    pub fn architecture(&self) -> (usize, usize, &[usize], Activation, bool, bool) {
+        (
+            self.obs_dim,
+            self.actions,
+            &self.dqn.hidden,
+            self.dqn.activation,
+            self.dqn.dueling,
+            self.dqn.layer_norm,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each default is defined once: a table that names only some keys keeps the others'
+    /// defaults, at every depth.
+    #[test]
+    fn partial_tables_keep_the_defaults_of_their_siblings() {
+        for doc in [
+            "",
+            "[epsilon]\n",
+            "hidden = [128, 128]\n",
+            "[epsilon]\nend = 0.05\n",
+        ] {
+            let c: DqnConfig = toml::from_str(doc).unwrap_or_else(|e| panic!("{doc:?}: {e}"));
+            assert_eq!(c, DqnConfig::default(), "{doc:?}");
+        }
+        let c: DqnConfig = toml::from_str("[prioritized]\nalpha = 0.7\n").expect("parses");
+        assert_eq!(
+            c.prioritized,
+            Some(Prioritized {
+                alpha: 0.7,
+                ..Prioritized::default()
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_at_every_depth() {
+        for (doc, key) in [
+            ("hiden = [8]\n", "hiden"),
+            ("[epsilon]\nstart = 1.0\nsteep = 5\n", "steep"),
+            ("[prioritized]\nalfa = 0.5\n", "alfa"),
+            (
+                "[target_update]\nkind = \"soft\"\ntau = 0.1\nevery = 4\n",
+                "every",
+            ),
+            (
+                "[lr_schedule]\nkind = \"linear\"\nend_factor = 0.1\nsteps = 9\nstep = 1\n",
+                "step",
+            ),
+            (
+                "loss = { kind = \"huber\", delta = 1.0, delt = 2.0 }\n",
+                "delt",
+            ),
+        ] {
+            let e = toml::from_str::<DqnConfig>(doc).expect_err(doc).to_string();
+            assert!(e.contains(key), "{doc:?}: {e}");
         }
     }
 }

@@ -19,7 +19,7 @@ use foxhunt_gpu::{DeviceBatch, DeviceBuffer, GpuContext, Grid, Kernel, Module};
 
 use crate::DqnError;
 use crate::agent::{AgentState, UpdateStats};
-use crate::config::{Activation, DqnConfig, Loss, TargetUpdate};
+use crate::config::{Activation, AgentConfig, Loss, TargetUpdate};
 
 /// Offsets of a dense layer's weight `[d_in, d_out]` and bias `[d_out]` in the flat vector.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +42,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn of(cfg: &DqnConfig) -> Self {
+    fn of(cfg: &AgentConfig) -> Self {
         let mut at = 0u64;
         let mut width = cfg.obs_dim;
         let mut hidden = Vec::new();
@@ -104,7 +104,7 @@ struct Pass {
 }
 
 impl Pass {
-    fn new(ctx: &GpuContext, cfg: &DqnConfig, rows: usize) -> Result<Self, DqnError> {
+    fn new(ctx: &GpuContext, cfg: &AgentConfig, rows: usize) -> Result<Self, DqnError> {
         let per_layer = || -> Result<Vec<DeviceBuffer<f32>>, DqnError> {
             Ok(cfg
                 .hidden
@@ -210,7 +210,7 @@ enum Which {
 /// The DQN agent's training on the GPU without host round trips: see the module docs.
 pub struct FusedDqn {
     ctx: Arc<GpuContext>,
-    cfg: DqnConfig,
+    cfg: AgentConfig,
     layout: Layout,
     k: Kernels,
     online: DeviceBuffer<f32>,
@@ -238,7 +238,7 @@ impl FusedDqn {
     /// the statistics of `stat_capacity` updates between two [`FusedDqn::take_stats`].
     pub fn new(
         ctx: &Arc<GpuContext>,
-        cfg: &DqnConfig,
+        cfg: &AgentConfig,
         state: &AgentState,
         stat_capacity: usize,
     ) -> Result<Self, DqnError> {

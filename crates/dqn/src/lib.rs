@@ -1,7 +1,8 @@
 //! foxhunt-dqn: a Deep Q-Network agent on burn, generic over the backend (NdArray on the CPU,
 //! burn-cuda with the `cuda` feature).
 //!
-//! [`DqnConfig`] holds every hyperparameter with documented defaults; [`QNetwork`] is the MLP
+//! [`DqnConfig`] holds every hyperparameter with documented defaults, [`AgentConfig`] adds the
+//! values derived for an agent (observation size, actions, seed); [`QNetwork`] is the MLP
 //! (optional dueling head and layer norm); [`DqnAgent`] acts for N environments and runs one
 //! update per [`DqnAgent::train_step`] (double or vanilla targets, n-step returns, Huber or MSE,
 //! gradient-norm clipping, Adam with a learning-rate schedule, hard or Polyak target updates);
@@ -24,7 +25,7 @@ pub mod model;
 pub mod replay;
 
 pub use agent::{AgentState, Batch, DqnAgent, HostStats, TrainStats, UpdateStats};
-pub use config::DqnConfig;
+pub use config::{AgentConfig, DqnConfig};
 pub use error::DqnError;
 pub use model::QNetwork;
 

@@ -7,7 +7,7 @@ use burn::tensor::activation::{gelu, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
-use crate::config::{Activation, DqnConfig};
+use crate::config::{Activation, AgentConfig};
 
 /// Q(s, .) for a batch of observations.
 ///
@@ -34,7 +34,7 @@ impl<B: Backend> QNetwork<B> {
     /// burn's `Tensor::random` draws from one generator per backend, shared by every thread of
     /// the process: two networks built at the same time on two threads would take each other's
     /// numbers, and the same seed would not give the same network. A private generator does.
-    pub fn init(cfg: &DqnConfig, device: &B::Device) -> Self {
+    pub fn init(cfg: &AgentConfig, device: &B::Device) -> Self {
         let mut rng = InitRng::new(cfg.seed);
         let mut hidden = Vec::new();
         let mut norms = Vec::new();

@@ -50,19 +50,21 @@ fn chain(
     prioritized: bool,
     dueling: bool,
 ) -> (DqnAgent<B>, Vec<(usize, [f64; 2])>) {
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: n,
         actions: 2,
-        hidden: vec![32],
-        gamma,
-        lr: 5e-3,
-        batch_size: 32,
-        replay_capacity: 64,
-        target_update: TargetUpdate::Hard { every: 50 },
-        prioritized: prioritized.then(Default::default),
-        dueling,
         seed: 3,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![32],
+            gamma,
+            lr: 5e-3,
+            batch_size: 32,
+            replay_capacity: 64,
+            target_update: TargetUpdate::Hard { every: 50 },
+            prioritized: prioritized.then(Default::default),
+            dueling,
+            ..DqnConfig::default()
+        },
     };
     let mut agent = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid config");
     let mut replay = Replay::new(64, 1, cfg.prioritized);
@@ -107,15 +109,17 @@ fn converges_to_the_optimal_q_values_of_a_chain() {
 
 #[test]
 fn picks_the_best_arm_of_a_contextual_bandit() {
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 3,
         actions: 3,
-        hidden: vec![16],
-        lr: 1e-2,
-        batch_size: 16,
-        replay_capacity: 32,
         seed: 9,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![16],
+            lr: 1e-2,
+            batch_size: 16,
+            replay_capacity: 32,
+            ..DqnConfig::default()
+        },
     };
     let mut agent = DqnAgent::<B>::new(cfg, &dev()).expect("valid");
     let mut replay = Replay::new(32, 2, None);
@@ -228,15 +232,18 @@ fn fixed_batches(dim: usize, count: usize) -> Vec<HostBatch> {
 
 #[test]
 fn same_seed_same_weights_bit_for_bit() {
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 8,
-        hidden: vec![16, 16],
-        target_update: TargetUpdate::Soft { tau: 0.05 },
         seed: 21,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![16, 16],
+            target_update: TargetUpdate::Soft { tau: 0.05 },
+            ..DqnConfig::default()
+        },
+        ..AgentConfig::default()
     };
     let batches = fixed_batches(8, 40);
-    let run = |cfg: &DqnConfig| {
+    let run = |cfg: &AgentConfig| {
         let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
         for b in &batches {
             a.train_step(Batch::from_host(b, 8, &dev()));
@@ -245,7 +252,7 @@ fn same_seed_same_weights_bit_for_bit() {
     };
     let (w1, w2) = (run(&cfg), run(&cfg));
     assert_eq!(w1, w2);
-    assert_ne!(w1, run(&DqnConfig { seed: 22, ..cfg }));
+    assert_ne!(w1, run(&AgentConfig { seed: 22, ..cfg }));
 }
 
 /// An agent's exported learning state, imported into another agent (another seed), makes it
@@ -256,20 +263,23 @@ fn exported_state_imported_elsewhere_trains_identically() {
         (false, false, TargetUpdate::Hard { every: 3 }),
         (true, true, TargetUpdate::Soft { tau: 0.1 }),
     ] {
-        let cfg = DqnConfig {
+        let cfg = AgentConfig {
             obs_dim: 8,
-            hidden: vec![16, 16],
-            layer_norm,
-            dueling,
-            target_update,
-            weight_decay: 1e-3,
             seed: 4,
-            ..DqnConfig::default()
+            dqn: DqnConfig {
+                hidden: vec![16, 16],
+                layer_norm,
+                dueling,
+                target_update,
+                weight_decay: 1e-3,
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
         };
         let batches = fixed_batches(8, 12);
         let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
         let mut b = DqnAgent::<B>::new(
-            DqnConfig {
+            AgentConfig {
                 seed: 9,
                 ..cfg.clone()
             },
@@ -304,13 +314,16 @@ fn exported_state_imported_elsewhere_trains_identically() {
 /// parallel trainers do) still get the weights their seed gives.
 #[test]
 fn initial_weights_depend_on_the_seed_alone_whatever_other_threads_draw() {
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 8,
-        hidden: vec![64, 64],
-        layer_norm: true,
-        dueling: true,
         seed: 3,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![64, 64],
+            layer_norm: true,
+            dueling: true,
+            ..DqnConfig::default()
+        },
+        ..AgentConfig::default()
     };
     let reference = weights(&DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid"));
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -338,12 +351,15 @@ fn initial_weights_depend_on_the_seed_alone_whatever_other_threads_draw() {
 
 #[test]
 fn reported_grad_norm_is_the_norm_before_clipping_and_stats_are_sane() {
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 8,
-        hidden: vec![16],
-        grad_clip: Some(1e-3),
         seed: 4,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![16],
+            grad_clip: Some(1e-3),
+            ..DqnConfig::default()
+        },
+        ..AgentConfig::default()
     };
     let b = &fixed_batches(8, 1)[0];
     let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
@@ -368,11 +384,14 @@ fn reported_grad_norm_is_the_norm_before_clipping_and_stats_are_sane() {
 
 #[test]
 fn checkpoints_resume_exactly_and_refuse_other_configs() {
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 8,
-        hidden: vec![16],
         seed: 6,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![16],
+            ..DqnConfig::default()
+        },
+        ..AgentConfig::default()
     };
     let batches = fixed_batches(8, 20);
     let dir = foxhunt_testkit::Scratch::new("dqn-ckpt");
@@ -396,8 +415,11 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
         b.train_step(Batch::from_host(batch, 8, &dev()));
     }
     assert_eq!(weights(&a), weights(&b), "optimizer state came back too");
-    let other = DqnConfig {
-        hidden: vec![32],
+    let other = AgentConfig {
+        dqn: DqnConfig {
+            hidden: vec![32],
+            ..cfg.dqn.clone()
+        },
         ..cfg.clone()
     };
     let e = checkpoint::load::<B>(&path, &other, &dev())
@@ -406,6 +428,20 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
         .to_string();
     assert!(
         e.contains("agent.ckpt") && e.contains("hidden: [16] -> [32]"),
+        "{e}"
+    );
+    // A checkpoint of the first format (settings and derived values in one table) is refused
+    // by name, not misread.
+    let mut v1 = std::fs::read(&path).expect("read");
+    v1[..12].copy_from_slice(b"FOXHUNT-DQN1");
+    let old = dir.join("v1.ckpt");
+    std::fs::write(&old, v1).expect("write");
+    let e = checkpoint::load::<B>(&old, &cfg, &dev())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("v1.ckpt") && e.contains("checkpoint format 1"),
         "{e}"
     );
     let bytes = std::fs::read(&path).expect("read");
@@ -420,12 +456,15 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
 #[test]
 fn a_new_agent_starts_with_target_equal_to_online_and_records_what_it_uses() {
     use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 8,
-        hidden: vec![16],
-        dueling: true,
         seed: 13,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![16],
+            dueling: true,
+            ..DqnConfig::default()
+        },
+        ..AgentConfig::default()
     };
     let agent = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
     let w = weights(&agent);
@@ -462,36 +501,48 @@ fn schedules() {
         ..lin
     };
     assert!((exp.at(50) - 0.1f64.sqrt()).abs() < 1e-12);
-    let c = DqnConfig {
-        lr: 1.0,
-        lr_schedule: LrSchedule::Cosine {
-            min_factor: 0.0,
-            steps: 100,
+    let c = AgentConfig {
+        dqn: DqnConfig {
+            lr: 1.0,
+            lr_schedule: LrSchedule::Cosine {
+                min_factor: 0.0,
+                steps: 100,
+            },
+            ..DqnConfig::default()
         },
-        ..DqnConfig::default()
+        ..AgentConfig::default()
     };
     assert!((c.lr_at(50) - 0.5).abs() < 1e-12 && c.lr_at(100).abs() < 1e-12);
-    let l = DqnConfig {
-        lr: 1.0,
-        lr_schedule: LrSchedule::Linear {
-            end_factor: 0.5,
-            steps: 10,
+    let l = AgentConfig {
+        dqn: DqnConfig {
+            lr: 1.0,
+            lr_schedule: LrSchedule::Linear {
+                end_factor: 0.5,
+                steps: 10,
+            },
+            ..DqnConfig::default()
         },
-        ..DqnConfig::default()
+        ..AgentConfig::default()
     };
     assert!((l.lr_at(5) - 0.75).abs() < 1e-12 && l.lr_at(20) == 0.5);
     assert!(
-        DqnConfig {
-            hidden: vec![],
-            ..DqnConfig::default()
+        AgentConfig {
+            dqn: DqnConfig {
+                hidden: vec![],
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
         }
         .validate()
         .is_err()
     );
     assert!(
-        DqnConfig {
-            target_update: TargetUpdate::Soft { tau: 0.0 },
-            ..DqnConfig::default()
+        AgentConfig {
+            dqn: DqnConfig {
+                target_update: TargetUpdate::Soft { tau: 0.0 },
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
         }
         .validate()
         .is_err()
@@ -500,12 +551,14 @@ fn schedules() {
 
 #[test]
 fn epsilon_greedy_explores_at_the_asked_rate() {
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 4,
         actions: 3,
-        hidden: vec![8],
         seed: 8,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![8],
+            ..DqnConfig::default()
+        },
     };
     let agent = DqnAgent::<B>::new(cfg, &dev()).expect("valid");
     let n = 4000;
@@ -549,14 +602,17 @@ fn cuda_q_values_match_ndarray() {
         (true, false, true),
         (true, true, true),
     ] {
-        let cfg = DqnConfig {
+        let cfg = AgentConfig {
             obs_dim: 32,
-            hidden: vec![128, 128],
-            dueling,
-            layer_norm,
-            full_f32,
             seed: 5,
-            ..DqnConfig::default()
+            dqn: DqnConfig {
+                hidden: vec![128, 128],
+                dueling,
+                layer_norm,
+                full_f32,
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
         };
         let cpu = QNetwork::<Inner>::init(&cfg, &Default::default());
         let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
@@ -632,16 +688,22 @@ fn param_values<Bk: Backend>(net: &QNetwork<Bk>) -> Vec<f32> {
 #[test]
 fn full_f32_dense_layers_compute_what_the_matmul_computes() {
     for (dueling, layer_norm) in [(false, false), (true, true)] {
-        let base = DqnConfig {
+        let base = AgentConfig {
             obs_dim: 7,
-            hidden: vec![16, 8],
-            dueling,
-            layer_norm,
             seed: 9,
-            ..DqnConfig::default()
+            dqn: DqnConfig {
+                hidden: vec![16, 8],
+                dueling,
+                layer_norm,
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
         };
-        let exact = DqnConfig {
-            full_f32: true,
+        let exact = AgentConfig {
+            dqn: DqnConfig {
+                full_f32: true,
+                ..base.dqn.clone()
+            },
             ..base.clone()
         };
         let a = DqnAgent::<B>::new(base, &dev()).expect("agent");
@@ -665,15 +727,17 @@ fn the_host_forward_agrees_with_burn_for_every_architecture() {
         (Activation::Gelu, false, true),
         (Activation::Relu, true, true),
     ] {
-        let cfg = DqnConfig {
+        let cfg = AgentConfig {
             obs_dim: 9,
             actions: 5,
-            hidden: vec![32, 16],
-            activation,
-            layer_norm,
-            dueling,
             seed: 4,
-            ..DqnConfig::default()
+            dqn: DqnConfig {
+                hidden: vec![32, 16],
+                activation,
+                layer_norm,
+                dueling,
+                ..DqnConfig::default()
+            },
         };
         let agent = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("agent");
         let mut host = agent.online_net().to_host();

@@ -9,7 +9,7 @@ use burn::tensor::Tensor;
 use foxhunt_dqn::config::{Activation, Loss, LrSchedule, TargetUpdate};
 use foxhunt_dqn::fused::FusedDqn;
 use foxhunt_dqn::replay::{HostBatch, Replay, Transition};
-use foxhunt_dqn::{AgentState, Batch, CpuBackend, DqnAgent, DqnConfig};
+use foxhunt_dqn::{AgentConfig, AgentState, Batch, CpuBackend, DqnAgent, DqnConfig};
 use foxhunt_gpu::{DeviceBatch, GpuContext, HostBatchParts};
 
 type B = CpuBackend;
@@ -58,13 +58,15 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn fused_updates_follow_the_burn_agent() {
     let Some(ctx) = gpu() else { return };
-    let base = DqnConfig {
+    let base = AgentConfig {
         obs_dim: 12,
         actions: 3,
-        hidden: vec![32, 32],
-        batch_size: 64,
         seed: 7,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![32, 32],
+            batch_size: 64,
+            ..DqnConfig::default()
+        },
     };
     let variants = [
         (
@@ -73,43 +75,55 @@ fn fused_updates_follow_the_burn_agent() {
         ),
         (
             "layer norm + dueling + soft target + weight decay",
-            DqnConfig {
-                layer_norm: true,
-                dueling: true,
-                target_update: TargetUpdate::Soft { tau: 0.05 },
-                weight_decay: 1e-3,
+            AgentConfig {
+                dqn: DqnConfig {
+                    layer_norm: true,
+                    dueling: true,
+                    target_update: TargetUpdate::Soft { tau: 0.05 },
+                    weight_decay: 1e-3,
+                    ..base.dqn.clone()
+                },
                 ..base.clone()
             },
         ),
         (
             "gelu + layer norm",
-            DqnConfig {
-                layer_norm: true,
-                activation: Activation::Gelu,
+            AgentConfig {
+                dqn: DqnConfig {
+                    layer_norm: true,
+                    activation: Activation::Gelu,
+                    ..base.dqn.clone()
+                },
                 ..base.clone()
             },
         ),
         (
             "tanh + vanilla + MSE + no clip + cosine lr + hard every 4",
-            DqnConfig {
-                activation: Activation::Tanh,
-                double: false,
-                loss: Loss::Mse,
-                grad_clip: None,
-                lr_schedule: LrSchedule::Cosine {
-                    min_factor: 0.1,
-                    steps: 30,
+            AgentConfig {
+                dqn: DqnConfig {
+                    activation: Activation::Tanh,
+                    double: false,
+                    loss: Loss::Mse,
+                    grad_clip: None,
+                    lr_schedule: LrSchedule::Cosine {
+                        min_factor: 0.1,
+                        steps: 30,
+                    },
+                    target_update: TargetUpdate::Hard { every: 4 },
+                    ..base.dqn.clone()
                 },
-                target_update: TargetUpdate::Hard { every: 4 },
                 ..base.clone()
             },
         ),
         (
             "one hidden layer, dueling, tight clip",
-            DqnConfig {
-                hidden: vec![48],
-                dueling: true,
-                grad_clip: Some(0.05),
+            AgentConfig {
+                dqn: DqnConfig {
+                    hidden: vec![48],
+                    dueling: true,
+                    grad_clip: Some(0.05),
+                    ..base.dqn.clone()
+                },
                 ..base.clone()
             },
         ),
@@ -223,14 +237,16 @@ fn fused_updates_follow_the_burn_agent() {
 #[test]
 fn fused_actions_are_greedy_on_burn_q_values_and_explore_at_the_asked_rate() {
     let Some(ctx) = gpu() else { return };
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 10,
         actions: 3,
-        hidden: vec![64, 64],
-        layer_norm: true,
-        dueling: true,
         seed: 3,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![64, 64],
+            layer_norm: true,
+            dueling: true,
+            ..DqnConfig::default()
+        },
     };
     let dev = Default::default();
     let agent = DqnAgent::<B>::new(cfg.clone(), &dev).expect("valid");

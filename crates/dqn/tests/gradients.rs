@@ -10,7 +10,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use foxhunt_dqn::agent::td_loss;
 use foxhunt_dqn::config::{Activation, Loss};
-use foxhunt_dqn::{DqnConfig, QNetwork};
+use foxhunt_dqn::{AgentConfig, DqnConfig, QNetwork};
 
 /// Adds `h` to element `index` of the `which`-th float parameter.
 struct Nudge {
@@ -52,14 +52,17 @@ impl<Bk: Backend> ModuleVisitor<Bk> for Ids {
 fn gradients_agree_with_finite_differences() {
     type F = Autodiff<NdArray<f64>>;
     let d = Default::default();
-    let cfg = DqnConfig {
+    let cfg = AgentConfig {
         obs_dim: 3,
         actions: 2,
-        hidden: vec![4],
-        activation: Activation::Tanh,
-        layer_norm: true,
-        dueling: true,
-        ..DqnConfig::default()
+        dqn: DqnConfig {
+            hidden: vec![4],
+            activation: Activation::Tanh,
+            layer_norm: true,
+            dueling: true,
+            ..DqnConfig::default()
+        },
+        ..AgentConfig::default()
     };
     F::seed(&d, 11);
     let net = QNetwork::<F>::init(&cfg, &d);

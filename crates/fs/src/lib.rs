@@ -23,6 +23,46 @@ fn err(path: &Path, what: &'static str) -> impl FnOnce(std::io::Error) -> FsErro
     move |source| FsError { path, what, source }
 }
 
+/// The settings that differ between what a file was written for (`saved`) and what is asked
+/// for now (`wanted`), as `key.path: saved -> wanted`, one per differing leaf, comma-separated:
+/// how a refusal to read a file under another configuration names the difference.
+pub fn json_diff<T: serde::Serialize>(saved: &T, wanted: &T) -> String {
+    let (a, b) = (
+        serde_json::to_value(saved).unwrap_or_default(),
+        serde_json::to_value(wanted).unwrap_or_default(),
+    );
+    let mut out = Vec::new();
+    leaves_diff(&a, &b, "", &mut out);
+    out.join(", ")
+}
+
+fn leaves_diff(a: &serde_json::Value, b: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let (u, v) = (
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                );
+                if u != v {
+                    let path = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    leaves_diff(u, v, &path, out);
+                }
+            }
+        }
+        _ if a != b => out.push(format!("{at}: {a} -> {b}")),
+        _ => {}
+    }
+}
+
 /// Writes `bytes` to `path` atomically, creating its directory: the bytes go to a temporary
 /// file of a unique name in the same directory, which is flushed to disk and renamed over
 /// `path`; the directory is then flushed so that the rename itself survives a crash. Two
@@ -68,6 +108,18 @@ mod tests {
         let d = std::env::temp_dir().join(format!("foxhunt-fs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    #[test]
+    fn json_diff_names_each_differing_leaf_by_its_path() {
+        let a =
+            serde_json::json!({"train": {"seed": 11, "dqn": {"lr": 0.001, "hidden": [8]}}, "x": 1});
+        let b = serde_json::json!({"train": {"seed": 12, "dqn": {"lr": 0.001, "hidden": [16]}}, "x": 1, "y": true});
+        assert_eq!(
+            json_diff(&a, &b),
+            "train.dqn.hidden: [8] -> [16], train.seed: 11 -> 12, y: null -> true"
+        );
+        assert_eq!(json_diff(&a, &a), "");
     }
 
     #[test]

@@ -1,8 +1,7 @@
 //! What a training run is configured by: the loop's own settings, the environment, costs and
 //! the agent, with documented defaults, readable from a TOML file and overridable by flags.
 
-use foxhunt_dqn::DqnConfig;
-use foxhunt_dqn::config::{Decay, Epsilon};
+use foxhunt_dqn::{AgentConfig, DqnConfig};
 use foxhunt_env::{Costs, EnvConfig};
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +9,7 @@ use crate::TrainError;
 
 /// Where to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceChoice {
     /// The CPU (burn NdArray, rayon environments).
@@ -22,7 +22,8 @@ pub enum DeviceChoice {
 }
 
 /// A training run's settings. TOML sections `[env]`, `[costs]` and `[dqn]` hold the parts; the
-/// rest are top-level keys.
+/// rest are top-level keys. Every default is the part's own (one definition per setting): a
+/// file that names some keys of a table keeps the defaults of the others.
 ///
 /// ```toml
 /// epochs = 5
@@ -59,8 +60,8 @@ pub struct TrainConfig {
     pub costs: Costs,
     /// The environment (default: one contract each way, flatten at each session's close).
     pub env: EnvConfig,
-    /// The agent; `obs_dim` and `actions` are set from the environment. Default: the DQN
-    /// crate's defaults with exploration decaying over the first 20,000 environment steps.
+    /// The agent's settings (default: foxhunt-dqn's). Observation size, actions and the agent's
+    /// seed are derived per window ([`TrainConfig::agent_config`]), not set here.
     pub dqn: DqnConfig,
 }
 
@@ -77,21 +78,14 @@ impl Default for TrainConfig {
             capital: 100_000.0,
             costs: Costs::default(),
             env: EnvConfig::default(),
-            dqn: DqnConfig {
-                epsilon: Epsilon {
-                    start: 1.0,
-                    end: 0.05,
-                    steps: 20_000,
-                    decay: Decay::Linear,
-                },
-                ..DqnConfig::default()
-            },
+            dqn: DqnConfig::default(),
         }
     }
 }
 
 impl TrainConfig {
-    /// Reads a TOML file over the defaults; unknown keys are errors naming the file.
+    /// Reads a TOML file over the defaults, key by key; an unknown key at any depth, or a value
+    /// of the wrong type, is an error naming the file, the line and the key.
     pub fn from_toml_file(path: &std::path::Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| TrainError::file(path, format!("cannot read: {e}")))?;
@@ -122,14 +116,15 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// The agent's configuration for a window: sizes from the environment, seed per window.
-    pub fn agent_config(&self, feature_cols: usize, window: usize) -> DqnConfig {
-        DqnConfig {
-            obs_dim: self.env.obs_dim(feature_cols),
-            actions: self.env.actions(),
-            seed: self.seed ^ (window as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            ..self.dqn.clone()
-        }
+    /// The agent's configuration for a window: the settings, with the sizes the environment
+    /// derives from `feature_cols` and a seed per window.
+    pub fn agent_config(&self, feature_cols: usize, window: usize) -> AgentConfig {
+        AgentConfig::new(
+            self.env.obs_dim(feature_cols),
+            self.env.actions(),
+            self.seed ^ (window as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            self.dqn.clone(),
+        )
     }
 }
 
@@ -142,8 +137,7 @@ mod tests {
         let doc = include_str!("../../../docs/TRAINING.md");
         let start = doc.find("```toml\n").expect("a TOML example") + 8;
         let end = start + doc[start..].find("```").expect("closed");
-        let dir = std::env::temp_dir().join(format!("foxhunt-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp");
+        let dir = foxhunt_testkit::Scratch::new("config");
         let path = dir.join("train.toml");
         std::fs::write(&path, &doc[start..end]).expect("write");
         let c = TrainConfig::from_toml_file(&path).expect("the documented example parses");
@@ -162,6 +156,39 @@ mod tests {
         let e = TrainConfig::from_toml_file(&path).expect_err("typo refused");
         let msg = e.to_string();
         assert!(msg.contains("train.toml") && msg.contains("epocs"), "{msg}");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(msg.contains("line 2"), "the line is named: {msg}");
+    }
+
+    /// Each part's defaults are its own: a file that names one key of a table, or only the
+    /// table, keeps the defaults of every other key, at every depth.
+    #[test]
+    fn a_partial_table_keeps_the_defaults_of_its_siblings() {
+        for doc in [
+            "",
+            "[dqn]\nhidden = [128, 128]\n",
+            "[dqn]\n",
+            "[dqn.epsilon]\n",
+            "[dqn.epsilon]\nstart = 1.0\n",
+            "[env]\n",
+            "[costs]\ncommission = 2.5\n",
+        ] {
+            let c: TrainConfig = toml::from_str(doc).unwrap_or_else(|e| panic!("{doc:?}: {e}"));
+            assert_eq!(c, TrainConfig::default(), "{doc:?}");
+        }
+        assert_eq!(TrainConfig::default().dqn.epsilon.steps, 20_000);
+    }
+
+    #[test]
+    fn the_derived_values_are_not_settings() {
+        for key in ["obs_dim", "actions", "seed"] {
+            let doc = format!("[dqn]\n{key} = 3\n");
+            let e = toml::from_str::<TrainConfig>(&doc)
+                .expect_err(key)
+                .to_string();
+            assert!(e.contains(key) && e.contains("unknown field"), "{e}");
+        }
+        let a = TrainConfig::default().agent_config(15, 2);
+        assert_eq!((a.obs_dim, a.actions), (17, 3));
+        assert_ne!(a.seed, TrainConfig::default().agent_config(15, 3).seed);
     }
 }

@@ -3,11 +3,11 @@
 //! period beside the baselines, and reports the out-of-sample result over all windows, with a
 //! phase breakdown (init, collect, train, sync, eval) of every epoch.
 //!
-//! [`run`] is the loop; [`TrainConfig`] its settings (TOML); [`args::TrainArgs`] the command
-//! line of `foxhunt train`; [`report`] the run directory's files; [`phase`] the profiling.
-//! A window's data lives in a foxhunt-memory arena built once per window; epochs borrow it.
+//! [`run`] is the loop; [`TrainConfig`] its settings (TOML); [`report`] the run directory's
+//! files; [`phase`] the profiling. A window's data lives in a foxhunt-memory arena built once per
+//! window; epochs borrow it; an engine (host or device) collects and learns. The command line
+//! that fills a [`Job`] lives in the `foxhunt` crate.
 
-pub mod args;
 pub mod config;
 mod engine;
 mod error;

@@ -25,7 +25,7 @@ pub(crate) fn prepare(
             return Err(TrainError::Options(format!(
                 "--resume: {} was written for another configuration; differing settings: {}",
                 path.display(),
-                json_diff(&saved, config, "")
+                foxhunt_fs::json_diff(&saved, config)
             )));
         }
         return Ok(());
@@ -37,35 +37,6 @@ pub(crate) fn prepare(
         )));
     }
     write_json(&path, config)
-}
-
-/// `key: saved -> wanted` for every leaf that differs.
-fn json_diff(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> String {
-    use serde_json::Value;
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            keys.iter()
-                .filter_map(|k| {
-                    let (u, v) = (
-                        x.get(*k).unwrap_or(&Value::Null),
-                        y.get(*k).unwrap_or(&Value::Null),
-                    );
-                    (u != v).then(|| {
-                        json_diff(
-                            u,
-                            v,
-                            &format!("{at}{}{k}", if at.is_empty() { "" } else { "." }),
-                        )
-                    })
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-        _ => format!("{at}: {a} -> {b}"),
-    }
 }
 
 /// An unfinished window's saved state (`progress.json`), written after the files it names.

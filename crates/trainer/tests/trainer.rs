@@ -245,3 +245,19 @@ fn on_the_gpu_the_fused_path_trains_and_repeats_itself_exactly() {
         );
     }
 }
+
+/// A build without CUDA support says so when CUDA is asked for, and `auto` takes the CPU.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn without_the_cuda_feature_asking_for_cuda_says_so() {
+    let e = foxhunt_trainer::resolve_device(DeviceChoice::Cuda).expect_err("no CUDA in this build");
+    assert!(
+        e.to_string()
+            .starts_with("no CUDA device found: this build has no CUDA support"),
+        "{e}"
+    );
+    assert_eq!(
+        foxhunt_trainer::resolve_device(DeviceChoice::Auto).expect("auto falls back"),
+        foxhunt_trainer::Resolved::Cpu
+    );
+}

@@ -20,6 +20,7 @@ pub use timestamp::{format_ts, parse_time_zone};
 
 /// File formats foxhunt reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// Decide per file from its name: `.dbn`, `.dbn.zst`; `.csv`, `.csv.gz`, `.csv.zst`; `.zip`.
@@ -35,6 +36,7 @@ pub enum Format {
 
 /// What a CSV timestamp marks; DBN and Lean bars are always stamped at their start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BarTime {
     /// The timestamp is the bar's open (Databento's and Lean's convention).

@@ -1,0 +1,780 @@
+//! The command-line options (clap) of `foxhunt train` and the commands that read data: where
+//! the data is and how to read it, the walk-forward windows, and every training setting as a
+//! flag laid over the TOML config, key by key.
+//!
+//! Precedence, in one place ([`TrainFlags::apply`]): a flag given wins over the config file,
+//! which wins over the defaults; each flag sets only what it names, and a flag whose value
+//! could not take effect (`--huber-delta` with the MSE loss, `--lr-end-factor` with a constant
+//! schedule, `--per-alpha` without prioritized replay) is an error, never ignored.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use foxhunt_data::{
+    Adjustment, BarTime, FeatureConfig, Format, LoadOptions, Period, SessionCalendar,
+    SymbolSelector, TrainMode, WalkForwardConfig, read::parse_time_zone,
+};
+use foxhunt_dqn::config::{
+    Activation, Decay, Loss, LossKind, LrSchedule, LrScheduleKind, Prioritized, TargetUpdate,
+};
+use foxhunt_env::SessionRule;
+use foxhunt_trainer::{DeviceChoice, TrainConfig};
+
+/// Where the data is and how to read it.
+#[derive(Debug, Clone, Args)]
+pub struct LoaderArgs {
+    /// Directory of data files (or one file).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// ES.FUT for every ES outright (continuous front month), or one raw symbol such as ESZ3.
+    #[arg(long)]
+    pub symbol: String,
+    /// File format.
+    #[arg(long, value_enum, default_value_t = Format::Auto)]
+    pub format: Format,
+    /// IANA time zone of CSV/Lean timestamps that carry no offset.
+    #[arg(long, default_value = "UTC")]
+    pub tz: String,
+    /// What CSV timestamps mark.
+    #[arg(long, value_enum, default_value_t = BarTime::Start)]
+    pub bar_time: BarTime,
+    /// Bar length in seconds (turns bar-end stamps into bar-start).
+    #[arg(long, default_value_t = 60)]
+    pub bar_seconds: i64,
+    /// Back-adjustment of the continuous series.
+    #[arg(long, value_enum, default_value_t = Adjustment::Difference)]
+    pub adjustment: Adjustment,
+}
+
+impl LoaderArgs {
+    /// Loads the data set these options describe.
+    pub fn load(&self) -> Result<foxhunt_data::Dataset> {
+        let selector = SymbolSelector::parse(&self.symbol)?;
+        if self.bar_seconds <= 0 {
+            bail!("--bar-seconds must be positive, got {}", self.bar_seconds);
+        }
+        let opts = LoadOptions {
+            format: self.format,
+            tz: parse_time_zone(&self.tz)?,
+            bar_time: self.bar_time,
+            bar_seconds: self.bar_seconds,
+        };
+        Ok(foxhunt_data::Dataset::load(
+            &self.data_dir,
+            &selector,
+            &opts,
+            &SessionCalendar::cme(),
+            self.adjustment,
+            &FeatureConfig::default(),
+        )?)
+    }
+}
+
+/// Walk-forward window flags: each period in months, weeks or days.
+#[derive(Debug, Clone, Default, Args)]
+pub struct WindowArgs {
+    /// Train period in months.
+    #[arg(long)]
+    pub train_months: Option<u32>,
+    /// Train period in weeks.
+    #[arg(long)]
+    pub train_weeks: Option<u32>,
+    /// Train period in days.
+    #[arg(long)]
+    pub train_days: Option<u32>,
+    /// Validation period in months.
+    #[arg(long)]
+    pub val_months: Option<u32>,
+    /// Validation period in weeks.
+    #[arg(long)]
+    pub val_weeks: Option<u32>,
+    /// Validation period in days.
+    #[arg(long)]
+    pub val_days: Option<u32>,
+    /// Test period in months.
+    #[arg(long)]
+    pub test_months: Option<u32>,
+    /// Test period in weeks.
+    #[arg(long)]
+    pub test_weeks: Option<u32>,
+    /// Test period in days.
+    #[arg(long)]
+    pub test_days: Option<u32>,
+    /// Step between windows in months.
+    #[arg(long)]
+    pub step_months: Option<u32>,
+    /// Step between windows in weeks.
+    #[arg(long)]
+    pub step_weeks: Option<u32>,
+    /// Step between windows in days.
+    #[arg(long)]
+    pub step_days: Option<u32>,
+    /// Days left out between train and validation and between validation and test.
+    #[arg(long, default_value_t = 0)]
+    pub gap_days: u32,
+    /// Anchored (expanding) train instead of rolling.
+    #[arg(long)]
+    pub anchored: bool,
+    /// Minimum bars in each split; windows with fewer are reported and skipped.
+    #[arg(long, default_value_t = 100)]
+    pub min_bars: usize,
+}
+
+fn period(
+    name: &str,
+    months: Option<u32>,
+    weeks: Option<u32>,
+    days: Option<u32>,
+) -> Result<Option<Period>> {
+    Ok(match (months, weeks, days) {
+        (None, None, None) => None,
+        (Some(m), None, None) => Some(Period::Months(m)),
+        (None, Some(w), None) => Some(Period::Weeks(w)),
+        (None, None, Some(d)) => Some(Period::Days(d)),
+        _ => bail!("give the {name} period once: --{name}-months, --{name}-weeks or --{name}-days"),
+    })
+}
+
+impl WindowArgs {
+    /// The plan's configuration, `None` when no window flag was given.
+    pub fn config(&self) -> Result<Option<WalkForwardConfig>> {
+        let parts = [
+            period(
+                "train",
+                self.train_months,
+                self.train_weeks,
+                self.train_days,
+            )?,
+            period("val", self.val_months, self.val_weeks, self.val_days)?,
+            period("test", self.test_months, self.test_weeks, self.test_days)?,
+            period("step", self.step_months, self.step_weeks, self.step_days)?,
+        ];
+        match parts {
+            [None, None, None, None] => Ok(None),
+            [Some(train), Some(val), Some(test), Some(step)] => Ok(Some(WalkForwardConfig {
+                gap: Period::Days(self.gap_days),
+                mode: if self.anchored {
+                    TrainMode::Anchored
+                } else {
+                    TrainMode::Rolling
+                },
+                min_bars: self.min_bars,
+                ..WalkForwardConfig::new(train, val, test, step)
+            })),
+            _ => bail!(
+                "walk-forward windows need all four periods: train, val, test and step (e.g. --train-months 3 --val-months 1 --test-months 1 --step-months 1)"
+            ),
+        }
+    }
+}
+
+/// `--model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModelArg {
+    /// Deep Q-Network.
+    Dqn,
+}
+
+/// Every training setting as a flag; a flag left out leaves the config file's value, or the
+/// default (documented in [`TrainConfig`] and its parts). See [`TrainFlags::apply`].
+#[derive(Debug, Clone, Default, Args)]
+pub struct TrainFlags {
+    /// cpu, cuda or auto [default: auto].
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceChoice>,
+    /// Epochs per window [default: 5].
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Environment steps per epoch [default: 200].
+    #[arg(long)]
+    pub max_steps_per_epoch: Option<usize>,
+    /// Transitions per update [default: 64].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Environments stepped together [default: 64].
+    #[arg(long)]
+    pub envs: Option<usize>,
+    /// Transitions in the replay before updates begin [default: 1000].
+    #[arg(long)]
+    pub learning_starts: Option<usize>,
+    /// Save resumable state every N epochs (0: after windows only) [default: 1].
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// Seed [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Capital that returns are stated on [default: 100000].
+    #[arg(long)]
+    pub capital: Option<f64>,
+    /// Commission per contract per side [default: 2.5].
+    #[arg(long)]
+    pub commission: Option<f64>,
+    /// Slippage per side in ticks [default: 1].
+    #[arg(long)]
+    pub slippage_ticks: Option<f64>,
+    /// Largest position in contracts [default: 1].
+    #[arg(long)]
+    pub max_position: Option<u8>,
+    /// Feature rows per observation [default: 1].
+    #[arg(long)]
+    pub lookback: Option<usize>,
+    /// Truncate episodes after N steps (0: session end only) [default: 0].
+    #[arg(long)]
+    pub episode_steps: Option<u32>,
+    /// Reward = PnL / reward scale [default: 100].
+    #[arg(long)]
+    pub reward_scale: Option<f64>,
+    /// Reward penalty per contract held per step [default: 0].
+    #[arg(long)]
+    pub risk_penalty: Option<f64>,
+    /// Hold positions across sessions instead of flattening at each close.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub hold_overnight: Option<bool>,
+    /// Hidden layer widths, e.g. 128,128 [default: 128,128].
+    #[arg(long, value_delimiter = ',')]
+    pub hidden: Option<Vec<usize>>,
+    /// Activation [default: relu].
+    #[arg(long, value_enum)]
+    pub activation: Option<Activation>,
+    /// Dueling head.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub dueling: Option<bool>,
+    /// Layer norm after each hidden layer.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub layer_norm: Option<bool>,
+    /// Double-DQN targets (false: vanilla) [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub double: Option<bool>,
+    /// n of n-step returns [default: 1].
+    #[arg(long)]
+    pub n_step: Option<usize>,
+    /// Discount [default: 0.99].
+    #[arg(long)]
+    pub gamma: Option<f64>,
+    /// Loss [default: huber].
+    #[arg(long, value_enum)]
+    pub loss: Option<LossKind>,
+    /// Huber delta [default: 1].
+    #[arg(long)]
+    pub huber_delta: Option<f32>,
+    /// Gradient-norm clip (0: none) [default: 10].
+    #[arg(long)]
+    pub grad_clip: Option<f32>,
+    /// Learning rate [default: 0.001].
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Adam beta1 [default: 0.9].
+    #[arg(long)]
+    pub beta1: Option<f32>,
+    /// Adam beta2 [default: 0.999].
+    #[arg(long)]
+    pub beta2: Option<f32>,
+    /// Adam epsilon [default: 1e-8].
+    #[arg(long)]
+    pub adam_eps: Option<f32>,
+    /// Weight decay [default: 0].
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    /// Learning-rate schedule [default: constant].
+    #[arg(long, value_enum)]
+    pub lr_schedule: Option<LrScheduleKind>,
+    /// Final learning rate as a fraction of --lr, for a linear or cosine schedule
+    /// [default: 0.1].
+    #[arg(long)]
+    pub lr_end_factor: Option<f64>,
+    /// Updates over which a linear or cosine schedule decays [default: 100000].
+    #[arg(long)]
+    pub lr_decay_steps: Option<u64>,
+    /// Hard target update every N updates [default: 1000].
+    #[arg(long, conflicts_with = "tau")]
+    pub target_update_every: Option<u64>,
+    /// Soft (Polyak) target update with this tau.
+    #[arg(long)]
+    pub tau: Option<f32>,
+    /// Exploration at the start [default: 1].
+    #[arg(long)]
+    pub eps_start: Option<f64>,
+    /// Exploration at the end [default: 0.05].
+    #[arg(long)]
+    pub eps_end: Option<f64>,
+    /// Environment steps over which exploration decays [default: 20000].
+    #[arg(long)]
+    pub eps_steps: Option<u64>,
+    /// Exploration decay [default: linear].
+    #[arg(long, value_enum)]
+    pub eps_decay: Option<Decay>,
+    /// Proportional prioritized replay.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub prioritized: Option<bool>,
+    /// Prioritized replay alpha [default: 0.6].
+    #[arg(long)]
+    pub per_alpha: Option<f64>,
+    /// Prioritized replay initial beta [default: 0.4].
+    #[arg(long)]
+    pub per_beta_start: Option<f64>,
+    /// Replay capacity in transitions [default: 100000].
+    #[arg(long)]
+    pub replay_capacity: Option<usize>,
+    /// Dense layers in full f32 (no TF32 matmul on Hopper; slower).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub full_f32: Option<bool>,
+}
+
+impl TrainFlags {
+    /// Lays the flags given over `c` (defaults and config file already in it). Each flag sets
+    /// what it names and nothing else; see the module docs for the refusals.
+    pub fn apply(&self, c: &mut TrainConfig) -> Result<()> {
+        macro_rules! set {
+            ($($flag:ident => $field:expr),* $(,)?) => {
+                $(if let Some(v) = self.$flag.clone() { $field = v; })*
+            };
+        }
+        set! {
+            device => c.device,
+            epochs => c.epochs,
+            max_steps_per_epoch => c.max_steps_per_epoch,
+            batch_size => c.dqn.batch_size,
+            envs => c.envs,
+            learning_starts => c.learning_starts,
+            checkpoint_every => c.checkpoint_every,
+            seed => c.seed,
+            capital => c.capital,
+            commission => c.costs.commission,
+            slippage_ticks => c.costs.slippage_ticks,
+            max_position => c.env.max_position,
+            lookback => c.env.lookback,
+            episode_steps => c.env.episode_steps,
+            reward_scale => c.env.reward_scale,
+            risk_penalty => c.env.risk_penalty,
+            hidden => c.dqn.hidden,
+            activation => c.dqn.activation,
+            dueling => c.dqn.dueling,
+            layer_norm => c.dqn.layer_norm,
+            double => c.dqn.double,
+            n_step => c.dqn.n_step,
+            gamma => c.dqn.gamma,
+            lr => c.dqn.lr,
+            beta1 => c.dqn.beta1,
+            beta2 => c.dqn.beta2,
+            adam_eps => c.dqn.adam_eps,
+            weight_decay => c.dqn.weight_decay,
+            eps_start => c.dqn.epsilon.start,
+            eps_end => c.dqn.epsilon.end,
+            eps_steps => c.dqn.epsilon.steps,
+            eps_decay => c.dqn.epsilon.decay,
+            replay_capacity => c.dqn.replay_capacity,
+            full_f32 => c.dqn.full_f32,
+        }
+        if let Some(h) = self.hold_overnight {
+            c.env.session_rule = if h {
+                SessionRule::Hold
+            } else {
+                SessionRule::FlattenAtClose
+            };
+        }
+        if let Some(g) = self.grad_clip {
+            c.dqn.grad_clip = (g > 0.0).then_some(g);
+        }
+        c.dqn.loss = match (self.loss.unwrap_or(c.dqn.loss.kind()), c.dqn.loss) {
+            (LossKind::Mse, _) if self.huber_delta.is_some() => {
+                bail!(
+                    "--huber-delta needs the Huber loss; the MSE loss has no delta (add --loss huber)"
+                )
+            }
+            (LossKind::Mse, _) => Loss::Mse,
+            (LossKind::Huber, current) => Loss::Huber {
+                delta: self.huber_delta.unwrap_or(match current {
+                    Loss::Huber { delta } => delta,
+                    Loss::Mse => Loss::DEFAULT_HUBER_DELTA,
+                }),
+            },
+        };
+        let kind = self.lr_schedule.unwrap_or(c.dqn.lr_schedule.kind());
+        let decay_flags = self.lr_end_factor.is_some() || self.lr_decay_steps.is_some();
+        if kind == LrScheduleKind::Constant && decay_flags {
+            bail!(
+                "--lr-end-factor and --lr-decay-steps shape a decaying schedule; the learning rate is constant (add --lr-schedule linear or cosine)"
+            );
+        }
+        let (end, steps) = c
+            .dqn
+            .lr_schedule
+            .decay()
+            .unwrap_or((LrSchedule::DEFAULT_END_FACTOR, LrSchedule::DEFAULT_STEPS));
+        c.dqn.lr_schedule = LrSchedule::of(
+            kind,
+            self.lr_end_factor.unwrap_or(end),
+            self.lr_decay_steps.unwrap_or(steps),
+        );
+        if let Some(every) = self.target_update_every {
+            c.dqn.target_update = TargetUpdate::Hard { every };
+        }
+        if let Some(tau) = self.tau {
+            c.dqn.target_update = TargetUpdate::Soft { tau };
+        }
+        match self.prioritized {
+            Some(true) => {
+                c.dqn.prioritized.get_or_insert_with(Prioritized::default);
+            }
+            Some(false) => c.dqn.prioritized = None,
+            None => {}
+        }
+        if self.per_alpha.is_some() || self.per_beta_start.is_some() {
+            let Some(p) = c.dqn.prioritized.as_mut() else {
+                bail!(
+                    "--per-alpha and --per-beta-start shape prioritized replay, which is off (add --prioritized)"
+                );
+            };
+            if let Some(a) = self.per_alpha {
+                p.alpha = a;
+            }
+            if let Some(b) = self.per_beta_start {
+                p.beta_start = b;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every option of `foxhunt train`.
+#[derive(Debug, Clone, Args)]
+pub struct TrainArgs {
+    /// Data location and reading.
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// Walk-forward windows.
+    #[command(flatten)]
+    pub windows: WindowArgs,
+    /// The model (DQN).
+    #[arg(long, value_enum, default_value = "dqn")]
+    pub model: ModelArg,
+    /// TOML file of settings (see docs/TRAINING.md); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Run directory for reports, checkpoints and state [default: runs/run-<UTC time>, a new
+    /// directory each run].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue the run in --out where it stopped.
+    #[arg(long)]
+    pub resume: bool,
+    /// Stop after this many epochs (state written; --resume continues).
+    #[arg(long)]
+    pub stop_after_epochs: Option<usize>,
+    /// No progress bars even on a terminal.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// TOML file of contract specs laid over the built-in ones.
+    #[arg(long)]
+    pub specs: Option<PathBuf>,
+    /// The training settings.
+    #[command(flatten)]
+    pub flags: TrainFlags,
+}
+
+impl TrainArgs {
+    /// The training settings: the defaults, then `--config`, then the flags given.
+    pub fn train_config(&self) -> Result<TrainConfig> {
+        let mut c = match &self.config {
+            Some(p) => TrainConfig::from_toml_file(p)?,
+            None => TrainConfig::default(),
+        };
+        self.flags.apply(&mut c)?;
+        Ok(c)
+    }
+
+    /// The run directory: --out, or a new `runs/run-<UTC time>`. --resume needs --out.
+    pub fn out_dir(&self) -> Result<PathBuf> {
+        match (&self.out, self.resume) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, true) => bail!("--resume needs --out DIR, the run directory to continue"),
+            (None, false) => Ok(PathBuf::from("runs").join(
+                jiff::Timestamp::now()
+                    .strftime("run-%Y%m%d-%H%M%S")
+                    .to_string(),
+            )),
+        }
+    }
+
+    /// Loads the data, plans the windows and runs the job, writing the run directory `out`.
+    /// Returns the report; the summary table is the caller's to print.
+    pub fn run(&self, out: &std::path::Path) -> Result<foxhunt_trainer::RunReport> {
+        let cfg = self.train_config()?;
+        let windows = self.windows.config()?.context(
+            "give the walk-forward windows, e.g. --train-months 3 --val-months 1 --test-months 1 --step-months 3",
+        )?;
+        let dataset = self.loader.load()?;
+        let specs = match &self.specs {
+            Some(p) => foxhunt_env::SpecTable::with_overrides(p)?,
+            None => foxhunt_env::SpecTable::default(),
+        };
+        let spec = specs.get(&dataset.series.root)?.clone();
+        let job = foxhunt_trainer::Job {
+            dataset: &dataset,
+            spec: &spec,
+            windows: &windows,
+            cfg: &cfg,
+            source: serde_json::json!({
+                "data_dir": self.loader.data_dir,
+                "symbol": self.loader.symbol,
+                "adjustment": self.loader.adjustment,
+                "model": "dqn",
+            }),
+        };
+        Ok(foxhunt_trainer::run(
+            &job,
+            &foxhunt_trainer::RunOptions {
+                out: out.to_path_buf(),
+                resume: self.resume,
+                stop_after_epochs: self.stop_after_epochs,
+                progress: !self.no_progress,
+            },
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use foxhunt_dqn::config::{Loss, LrSchedule, Prioritized, TargetUpdate};
+    use foxhunt_env::SessionRule;
+    use foxhunt_trainer::{DeviceChoice, TrainConfig};
+
+    use super::TrainArgs;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    /// The settings `foxhunt train` would use with config file `toml` (if any) and `flags`.
+    fn settings(toml: Option<&str>, flags: &[&str]) -> anyhow::Result<TrainConfig> {
+        let dir = foxhunt_testkit::Scratch::new("cli-args");
+        let path = dir.join("train.toml");
+        let mut argv = vec!["t", "--data-dir", "d", "--symbol", "ES.FUT"];
+        let p = path.display().to_string();
+        if let Some(t) = toml {
+            std::fs::write(&path, t).expect("write");
+            argv.extend(["--config", &p]);
+        }
+        argv.extend(flags);
+        Cli::try_parse_from(argv)?.train.train_config()
+    }
+
+    fn ok(toml: Option<&str>, flags: &[&str]) -> TrainConfig {
+        settings(toml, flags).unwrap_or_else(|e| panic!("{toml:?} {flags:?}: {e:#}"))
+    }
+
+    fn refused(toml: Option<&str>, flags: &[&str], names: &str) {
+        let e = format!("{:#}", settings(toml, flags).expect_err("refused"));
+        assert!(e.contains(names), "{toml:?} {flags:?}: {e}");
+    }
+
+    #[test]
+    fn defaults_then_file_then_flags_key_by_key() {
+        assert_eq!(ok(None, &[]), TrainConfig::default());
+        let file = "epochs = 9\nenvs = 16\n[dqn]\nlr = 0.01\n";
+        let c = ok(Some(file), &[]);
+        assert_eq!((c.epochs, c.envs, c.dqn.lr), (9, 16, 0.01));
+        assert_eq!(
+            c.max_steps_per_epoch,
+            TrainConfig::default().max_steps_per_epoch
+        );
+        let c = ok(Some(file), &["--epochs", "3", "--lr", "0.5"]);
+        assert_eq!((c.epochs, c.envs, c.dqn.lr), (3, 16, 0.5));
+        // A flag given alone takes effect.
+        assert_eq!(ok(None, &["--eps-steps", "7"]).dqn.epsilon.steps, 7);
+        // A table naming one key keeps the defaults of the others, at every depth.
+        let c = ok(Some("[dqn]\nhidden = [128, 128]\n"), &[]);
+        assert_eq!(c, TrainConfig::default());
+        let c = ok(Some("[dqn.epsilon]\nend = 0.2\n"), &["--eps-start", "0.5"]);
+        assert_eq!(
+            (c.dqn.epsilon.start, c.dqn.epsilon.end, c.dqn.epsilon.steps),
+            (0.5, 0.2, 20_000)
+        );
+        let c = ok(Some("device = \"cpu\"\n"), &["--device", "cuda"]);
+        assert_eq!(c.device, DeviceChoice::Cuda);
+        assert_eq!(
+            ok(Some("device = \"cpu\"\n"), &[]).device,
+            DeviceChoice::Cpu
+        );
+    }
+
+    #[test]
+    fn flags_with_a_meaning_of_their_own() {
+        assert_eq!(ok(None, &["--grad-clip", "0"]).dqn.grad_clip, None);
+        assert_eq!(ok(None, &["--grad-clip", "2"]).dqn.grad_clip, Some(2.0));
+        assert_eq!(
+            ok(None, &["--hold-overnight"]).env.session_rule,
+            SessionRule::Hold
+        );
+        let file = "[env]\nsession_rule = \"hold\"\n";
+        assert_eq!(
+            ok(Some(file), &["--hold-overnight", "false"])
+                .env
+                .session_rule,
+            SessionRule::FlattenAtClose
+        );
+        assert_eq!(ok(None, &["--hidden", "32,16"]).dqn.hidden, vec![32, 16]);
+    }
+
+    #[test]
+    fn the_loss_and_its_delta() {
+        let huber2 = "[dqn]\nloss = { kind = \"huber\", delta = 2.0 }\n";
+        let mse = "[dqn.loss]\nkind = \"mse\"\n";
+        assert_eq!(ok(Some(huber2), &[]).dqn.loss, Loss::Huber { delta: 2.0 });
+        // The delta alone changes the file's Huber loss.
+        assert_eq!(
+            ok(Some(huber2), &["--huber-delta", "3"]).dqn.loss,
+            Loss::Huber { delta: 3.0 }
+        );
+        assert_eq!(
+            ok(None, &["--huber-delta", "3"]).dqn.loss,
+            Loss::Huber { delta: 3.0 }
+        );
+        assert_eq!(ok(Some(huber2), &["--loss", "mse"]).dqn.loss, Loss::Mse);
+        assert_eq!(
+            ok(Some(mse), &["--loss", "huber"]).dqn.loss,
+            Loss::Huber { delta: 1.0 }
+        );
+        refused(
+            Some(mse),
+            &["--huber-delta", "3"],
+            "--huber-delta needs the Huber loss",
+        );
+        refused(
+            None,
+            &["--loss", "mse", "--huber-delta", "3"],
+            "--huber-delta",
+        );
+    }
+
+    #[test]
+    fn the_learning_rate_schedule_and_its_shape() {
+        let linear = "[dqn.lr_schedule]\nkind = \"linear\"\nend_factor = 0.2\nsteps = 500\n";
+        let cosine = "[dqn.lr_schedule]\nkind = \"cosine\"\nmin_factor = 0.3\nsteps = 100\n";
+        // Given alone, the end factor or the steps change the file's schedule.
+        assert_eq!(
+            ok(Some(linear), &["--lr-end-factor", "0.5"])
+                .dqn
+                .lr_schedule,
+            LrSchedule::Linear {
+                end_factor: 0.5,
+                steps: 500
+            }
+        );
+        assert_eq!(
+            ok(Some(cosine), &["--lr-decay-steps", "7"]).dqn.lr_schedule,
+            LrSchedule::Cosine {
+                min_factor: 0.3,
+                steps: 7
+            }
+        );
+        // A new kind keeps the file's shape, or takes the default one.
+        assert_eq!(
+            ok(Some(cosine), &["--lr-schedule", "linear"])
+                .dqn
+                .lr_schedule,
+            LrSchedule::Linear {
+                end_factor: 0.3,
+                steps: 100
+            }
+        );
+        assert_eq!(
+            ok(
+                None,
+                &["--lr-schedule", "cosine", "--lr-end-factor", "0.05"]
+            )
+            .dqn
+            .lr_schedule,
+            LrSchedule::Cosine {
+                min_factor: 0.05,
+                steps: LrSchedule::DEFAULT_STEPS
+            }
+        );
+        assert_eq!(
+            ok(Some(linear), &["--lr-schedule", "constant"])
+                .dqn
+                .lr_schedule,
+            LrSchedule::Constant
+        );
+        // A shape for a constant rate is refused, not ignored.
+        refused(
+            None,
+            &["--lr-end-factor", "0.5"],
+            "--lr-schedule linear or cosine",
+        );
+        refused(
+            Some(linear),
+            &["--lr-schedule", "constant", "--lr-decay-steps", "9"],
+            "constant",
+        );
+    }
+
+    #[test]
+    fn target_updates_and_prioritized_replay() {
+        let soft = "[dqn.target_update]\nkind = \"soft\"\ntau = 0.01\n";
+        assert_eq!(
+            ok(Some(soft), &["--target-update-every", "50"])
+                .dqn
+                .target_update,
+            TargetUpdate::Hard { every: 50 }
+        );
+        assert_eq!(
+            ok(None, &["--tau", "0.2"]).dqn.target_update,
+            TargetUpdate::Soft { tau: 0.2 }
+        );
+        assert_eq!(
+            ok(Some(soft), &[]).dqn.target_update,
+            TargetUpdate::Soft { tau: 0.01 }
+        );
+        refused(
+            None,
+            &["--tau", "0.2", "--target-update-every", "5"],
+            "cannot be used",
+        );
+        let per = "[dqn.prioritized]\nalpha = 0.5\n";
+        assert_eq!(
+            ok(Some(per), &["--per-beta-start", "0.6"]).dqn.prioritized,
+            Some(Prioritized {
+                alpha: 0.5,
+                beta_start: 0.6,
+                ..Prioritized::default()
+            })
+        );
+        assert_eq!(
+            ok(Some(per), &["--prioritized", "false"]).dqn.prioritized,
+            None
+        );
+        assert_eq!(
+            ok(None, &["--prioritized", "--per-alpha", "0.9"])
+                .dqn
+                .prioritized,
+            Some(Prioritized {
+                alpha: 0.9,
+                ..Prioritized::default()
+            })
+        );
+        refused(None, &["--per-alpha", "0.7"], "add --prioritized");
+    }
+
+    #[test]
+    fn a_bad_config_file_names_the_file_the_line_and_the_key() {
+        refused(
+            Some("epochs = 3\n[dqn.epsilon]\nstart = 1.0\nsteep = 5\n"),
+            &[],
+            "train.toml",
+        );
+        let e = format!(
+            "{:#}",
+            settings(
+                Some("epochs = 3\n[dqn.epsilon]\nstart = 1.0\nsteep = 5\n"),
+                &[]
+            )
+            .expect_err("unknown key")
+        );
+        assert!(e.contains("line 4") && e.contains("steep"), "{e}");
+    }
+}
