@@ -354,7 +354,7 @@ fn dqn_fused(updates: usize) -> Result<()> {
 #[cfg(feature = "cuda")]
 pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
     use foxhunt_gpu::{DeviceBatch, GpuContext};
-    use foxhunt_memory::{DevicePool, DeviceReplay, GpuVecEnv, SampleSpec, WindowData};
+    use foxhunt_memory::{DevicePool, DeviceReplay, GpuVecEnv, Pool, SampleSpec, WindowData};
     let (m, cfg, exec) = bench_market(root)?;
     let dim = cfg.obs_dim(m.cols());
     let ctx = GpuContext::new(0)?;

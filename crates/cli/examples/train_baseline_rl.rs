@@ -16,12 +16,7 @@ struct Cli {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(|| foxhunt_trainer::progress::LogWriter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_target(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    foxhunt::init_logging(true);
     let cli = Cli::parse();
     let out = cli.train.out_dir()?;
     let report = cli.train.run(&out)?;

@@ -43,21 +43,7 @@ enum DataCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Training logs its progress (one phase-breakdown line per epoch) on stdout, through the
-    // progress bars' writer; the other commands print only warnings, on stderr.
-    if matches!(cli.command, Command::Train(_)) {
-        tracing_subscriber::fmt()
-            .with_writer(|| foxhunt_trainer::progress::LogWriter)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-            .with_target(false)
-            .with_max_level(tracing::Level::INFO)
-            .init();
-    } else {
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(tracing::Level::WARN)
-            .init();
-    }
+    foxhunt::init_logging(matches!(cli.command, Command::Train(_)));
     let result = match &cli.command {
         Command::Data {
             command: DataCommand::Inspect(args),

@@ -1,10 +1,11 @@
-//! The window arena on the host: a walk-forward window's market data copied once into buffers
-//! taken from a pool, borrowed by every epoch, and handed back to the pool when the window ends.
+//! The window arena: a walk-forward window's market data copied once into buffers taken from a
+//! pool (on the host, or on a device), borrowed by every epoch, and handed back to the pool when
+//! the window ends. One [`Arena`] type serves both; a [`Pool`] says where the buffers live.
 //!
-//! The lifetimes carry the rule. [`HostPool::window`] borrows the pool mutably for as long as
-//! the arena lives, so a second arena cannot be made while one exists; an [`Epoch`] borrows the
-//! arena, so no epoch can outlive its window or re-create its data. The GPU arena has the same
-//! shape.
+//! The lifetimes carry the rule. [`HostPool::window`] (and `DevicePool::window`) borrows the
+//! pool mutably for as long as the arena lives, so a second arena cannot be made while one
+//! exists; an [`Epoch`] borrows the arena, so no epoch can outlive its window or re-create its
+//! data.
 //!
 //! ```compile_fail,E0597
 //! # use foxhunt_memory::{HostPool, WindowData};
@@ -116,6 +117,69 @@ pub(crate) fn take_fitting<T>(
     Some(free.swap_remove(best))
 }
 
+/// Where an [`Arena`]'s buffers come from and go back to.
+pub trait Pool {
+    /// A window's data as this pool holds it.
+    type Window;
+    /// Takes back the buffers of a window whose arena ends.
+    fn release(&mut self, window: Self::Window);
+    /// The pool's bookkeeping so far.
+    fn stats(&self) -> PoolStats;
+}
+
+/// One window's data, resident in pool `P`'s buffers for the window's life.
+pub struct Arena<'p, P: Pool> {
+    pool: &'p mut P,
+    /// Present from construction until drop hands the buffers back.
+    window: Option<P::Window>,
+    exec: Execution,
+    uploaded: u64,
+}
+
+impl<'p, P: Pool> Arena<'p, P> {
+    pub(crate) fn new(pool: &'p mut P, window: P::Window, exec: Execution, uploaded: u64) -> Self {
+        Self {
+            pool,
+            window: Some(window),
+            exec,
+            uploaded,
+        }
+    }
+    /// The window's data as the pool holds it.
+    pub fn window(&self) -> &P::Window {
+        self.window
+            .as_ref()
+            .expect("the window's data is present until the arena drops")
+    }
+    /// The execution terms.
+    pub fn exec(&self) -> &Execution {
+        &self.exec
+    }
+    /// Bytes copied in when the window began (the only copy of window data it ever makes).
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.uploaded
+    }
+    /// Lends the window's data to epoch `index`. Nothing is copied.
+    pub fn epoch(&self, index: usize) -> Epoch<'_, Self> {
+        Epoch::new(self, index)
+    }
+    /// The pool's bookkeeping (the arena holds the pool while it lives).
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+    pub(crate) fn pool(&self) -> &P {
+        self.pool
+    }
+}
+
+impl<P: Pool> Drop for Arena<'_, P> {
+    fn drop(&mut self) {
+        if let Some(w) = self.window.take() {
+            self.pool.release(w);
+        }
+    }
+}
+
 /// A pool of host buffers that window arenas are built in, reused from window to window.
 #[derive(Debug, Default)]
 pub struct HostPool {
@@ -129,11 +193,6 @@ impl HostPool {
     /// An empty pool.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// The pool's bookkeeping so far.
-    pub fn stats(&self) -> PoolStats {
-        self.stats
     }
 
     /// A free buffer for `src` (the smallest that fits, else a new one), counted.
@@ -159,61 +218,34 @@ impl HostPool {
             contract: Self::take(&mut self.contract, stats, held, m.contract()),
             ts: Self::take(&mut free.i64, stats, held, m.ts()),
         };
-        HostArena {
-            pool: self,
-            market: Some(m.copy_into(buffers)),
-            exec: data.exec,
-            uploaded: data.bytes(),
-        }
+        let market = m.copy_into(buffers);
+        Arena::new(self, market, data.exec, data.bytes())
     }
 }
 
-/// One window's data, resident for the window's life (host implementation).
-#[derive(Debug)]
-pub struct HostArena<'p> {
-    pool: &'p mut HostPool,
-    /// Present from construction until drop hands the buffers back.
-    market: Option<MarketData>,
-    exec: Execution,
-    uploaded: u64,
+impl Pool for HostPool {
+    type Window = MarketData;
+    fn release(&mut self, window: MarketData) {
+        let c = window.into_columns();
+        self.free.f32.push(c.features);
+        self.free.f64.push(c.open);
+        self.free.f64.push(c.close);
+        self.free.u32.push(c.session);
+        self.free.i64.push(c.ts);
+        self.contract.push(c.contract);
+    }
+    fn stats(&self) -> PoolStats {
+        self.stats
+    }
 }
+
+/// One window's data on the host.
+pub type HostArena<'p> = Arena<'p, HostPool>;
 
 impl HostArena<'_> {
     /// The window's market data.
     pub fn market(&self) -> &MarketData {
-        self.market
-            .as_ref()
-            .expect("the window's data is present until the arena drops")
-    }
-    /// The execution terms.
-    pub fn exec(&self) -> &Execution {
-        &self.exec
-    }
-    /// Bytes copied in when the window began (the only copy of window data it ever makes).
-    pub fn uploaded_bytes(&self) -> u64 {
-        self.uploaded
-    }
-    /// Lends the window's data to epoch `index`. Nothing is copied.
-    pub fn epoch(&self, index: usize) -> Epoch<'_, Self> {
-        Epoch::new(self, index)
-    }
-    /// The pool's bookkeeping (the arena holds the pool while it lives).
-    pub fn pool_stats(&self) -> PoolStats {
-        self.pool.stats
-    }
-}
-
-impl Drop for HostArena<'_> {
-    fn drop(&mut self) {
-        let Some(m) = self.market.take() else { return };
-        let c = m.into_columns();
-        let free = &mut self.pool.free;
-        free.f32.push(c.features);
-        free.f64.push(c.open);
-        free.f64.push(c.close);
-        free.u32.push(c.session);
-        free.i64.push(c.ts);
-        self.pool.contract.push(c.contract);
+        self.window()
     }
 }
 

@@ -4,11 +4,10 @@
 
 use std::sync::Arc;
 
-use foxhunt_env::Execution;
 use foxhunt_gpu::{DeviceBuffer, Elem, GpuContext};
 
 use crate::MemoryError;
-use crate::arena::{Epoch, FreeLists, PoolStats, WindowData, take_fitting};
+use crate::arena::{Arena, FreeLists, Pool, PoolStats, WindowData, take_fitting};
 
 /// Device buffers of one window's market data (what the kernels read), `rows` rows of `cols`
 /// features.
@@ -48,11 +47,6 @@ impl DevicePool {
             stats: PoolStats::default(),
             held: 0,
         }
-    }
-
-    /// The pool's bookkeeping so far.
-    pub fn stats(&self) -> PoolStats {
-        self.stats
     }
 
     /// The device.
@@ -97,74 +91,47 @@ impl DevicePool {
         let session = Self::fill(&ctx, &mut free.u32, stats, held, m.session())?;
         let contract = Self::fill(&ctx, &mut free.u32, stats, held, &contract)?;
         let uploaded = stats.uploaded - before;
-        Ok(GpuArena {
-            window: Some(DeviceWindow {
-                features,
-                open,
-                close,
-                session,
-                contract,
-                rows: m.rows(),
-                cols: m.cols(),
-            }),
-            pool: self,
-            exec: data.exec,
-            uploaded,
-        })
+        let window = DeviceWindow {
+            features,
+            open,
+            close,
+            session,
+            contract,
+            rows: m.rows(),
+            cols: m.cols(),
+        };
+        Ok(Arena::new(self, window, data.exec, uploaded))
+    }
+}
+
+impl Pool for DevicePool {
+    type Window = DeviceWindow;
+    fn release(&mut self, w: DeviceWindow) {
+        self.free.f32.push(w.features);
+        self.free.f64.push(w.open);
+        self.free.f64.push(w.close);
+        self.free.u32.push(w.session);
+        self.free.u32.push(w.contract);
+    }
+    fn stats(&self) -> PoolStats {
+        self.stats
     }
 }
 
 /// One window's market data resident on the device for the window's life.
-pub struct GpuArena<'p> {
-    pool: &'p mut DevicePool,
-    /// Present from construction until drop hands the buffers back.
-    window: Option<DeviceWindow>,
-    exec: Execution,
-    uploaded: u64,
-}
+pub type GpuArena<'p> = Arena<'p, DevicePool>;
 
 impl GpuArena<'_> {
-    /// Bytes uploaded when the window began (the only host-to-device copy of window data).
-    pub fn uploaded_bytes(&self) -> u64 {
-        self.uploaded
-    }
-    /// Lends the window's data to epoch `index`. Nothing is copied.
-    pub fn epoch(&self, index: usize) -> Epoch<'_, Self> {
-        Epoch::new(self, index)
-    }
-    /// The pool's bookkeeping.
-    pub fn pool_stats(&self) -> PoolStats {
-        self.pool.stats
-    }
-    /// Execution terms.
-    pub fn exec(&self) -> &Execution {
-        &self.exec
-    }
     /// Rows of market data.
     pub fn rows(&self) -> usize {
-        self.buffers().rows
+        self.window().rows
     }
     /// The device.
     pub fn context(&self) -> &Arc<GpuContext> {
-        &self.pool.ctx
+        &self.pool().ctx
     }
     /// The device buffers (for kernels of other crates that read the window).
     pub fn buffers(&self) -> &DeviceWindow {
-        self.window
-            .as_ref()
-            .expect("the window's buffers are present until the arena drops")
-    }
-}
-
-impl Drop for GpuArena<'_> {
-    fn drop(&mut self) {
-        if let Some(w) = self.window.take() {
-            let free = &mut self.pool.free;
-            free.f32.push(w.features);
-            free.f64.push(w.open);
-            free.f64.push(w.close);
-            free.u32.push(w.session);
-            free.u32.push(w.contract);
-        }
+        self.window()
     }
 }

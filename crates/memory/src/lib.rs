@@ -24,7 +24,7 @@ mod gpu_env;
 #[allow(unsafe_code)]
 mod replay;
 
-pub use arena::{Epoch, HostArena, HostPool, PoolStats, WindowData};
+pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
 #[cfg(feature = "cuda")]
 pub use device::{DevicePool, DeviceWindow, GpuArena};
 pub use error::MemoryError;

@@ -2,7 +2,7 @@
 //! window to window.
 
 use foxhunt_env::{EnvConfig, VecEnv};
-use foxhunt_memory::{HostPool, WindowData};
+use foxhunt_memory::{HostPool, Pool, WindowData};
 
 fn window(rows: std::ops::Range<usize>) -> WindowData {
     WindowData {

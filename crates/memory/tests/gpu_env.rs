@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use foxhunt_env::{EnvConfig, Execution, MarketData};
 use foxhunt_gpu::{DeviceBatch, GpuContext};
-use foxhunt_memory::{DevicePool, WindowData};
+use foxhunt_memory::{DevicePool, Pool, WindowData};
 
 /// The real part of the bundled ES data, normalized over itself, and ES's terms.
 fn es() -> (MarketData, Execution) {

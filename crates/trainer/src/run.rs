@@ -11,7 +11,7 @@ use foxhunt_dqn::replay::Replay;
 use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};
 use foxhunt_env::vec_env::mix64;
 use foxhunt_env::{ContractSpec, Execution, MarketData};
-use foxhunt_memory::{HostArena, HostPool, WindowData};
+use foxhunt_memory::{HostArena, HostPool, Pool, WindowData};
 
 use crate::TrainError;
 use crate::config::{DeviceChoice, TrainConfig};
