@@ -9,6 +9,7 @@ use foxhunt_data::continuous::build_continuous;
 use foxhunt_data::features::compute_features;
 use foxhunt_data::read::load_path;
 use foxhunt_data::{Adjustment, FeatureConfig, LoadOptions, SessionCalendar, SymbolSelector};
+use foxhunt_env::{Execution, MarketData, SpecTable};
 
 /// Median and minimum of a sample of durations in milliseconds.
 pub fn summarize(samples: &mut [f64]) -> (f64, f64) {
@@ -485,4 +486,208 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
         );
     }
     Ok(())
+}
+
+/// `cargo xtask bench eval [--device cpu|cuda]`: the greedy evaluation of the profile
+/// configuration's validation month (the last window of its plan), for the untrained agent and
+/// the agent a CPU run of the profile configuration keeps as best: the bar-by-bar backtest as
+/// before, the host's rewrite, and (cuda) the device's decisions, side by side in one run, each
+/// checked to decide and book the same.
+pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
+    use foxhunt_dqn::model::HostQNetwork;
+    use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};
+    use foxhunt_trainer::eval::{BarByBar, book, host_targets};
+    let out_dir = root.join("target/bench-eval");
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let args = crate::profile::profile_args(root, "cpu", &out_dir, &[]);
+    let train = crate::profile::profile_train_args(&args)?;
+    println!("bench eval: training the profile configuration on the CPU for a kept agent ...");
+    let report = train.run(&out_dir)?;
+    let cfg = train.train_config()?;
+    let dataset = train.loader.load()?;
+    let plan = foxhunt_data::walkforward::plan(
+        &dataset.series.row_days(),
+        &train.windows.config()?.expect("profile windows"),
+    )?;
+    println!(
+        "{:<7} {:>6} {:>9} {:>7} {:>9} {:>7} {:>14} {:>12} {:>12} {:>14}",
+        "window",
+        "bars",
+        "agent",
+        "in pos",
+        "trades",
+        "",
+        "bar by bar us",
+        "host us",
+        "device us",
+        "device+book us"
+    );
+    for w in &plan.windows {
+        let Some(best) = report
+            .windows
+            .iter()
+            .find(|r| r.index == w.index)
+            .and_then(|r| r.best_epoch)
+        else {
+            continue;
+        };
+        let f = &dataset.features;
+        let rows = w.train.rows.start..w.test.rows.end;
+        let norm = foxhunt_data::Normalizer::fit(f, w.train.rows.clone());
+        let market = MarketData::from_features(f, rows.clone(), Some(&norm))?;
+        let exec = Execution::new(SpecTable::default().get("ES")?, cfg.costs);
+        let split = w.val.rows.start - rows.start..w.val.rows.end - rows.start;
+        let agent_cfg = cfg.agent_config(f.cols, w.index);
+        let dev = Default::default();
+        let trained = checkpoint::load::<CpuBackend>(
+            &out_dir.join(format!(
+                "windows/window-{:03}/best-epoch-{best:03}.ckpt",
+                w.index
+            )),
+            &agent_cfg,
+            &dev,
+        )?;
+        let untrained = DqnAgent::<CpuBackend>::new(agent_cfg.clone(), &dev)?;
+        for (name, agent) in [("untrained", &untrained), ("trained", &trained)] {
+            let net: HostQNetwork = agent.online_net().to_host();
+            let time = |f: &mut dyn FnMut()| {
+                let mut us: Vec<f64> = (0..reps)
+                    .map(|_| {
+                        let t0 = Instant::now();
+                        f();
+                        t0.elapsed().as_secs_f64() * 1e6
+                    })
+                    .collect();
+                summarize(&mut us).0
+            };
+            let mut old = None;
+            let old_us = time(&mut || {
+                let mut p = BarByBar::new(net.clone(), &cfg.env);
+                let r = foxhunt_env::backtest(
+                    &market,
+                    &exec,
+                    &cfg.env,
+                    split.clone(),
+                    cfg.capital,
+                    &mut p,
+                )
+                .expect("backtest");
+                old = Some((p.decided, r));
+            });
+            let (decided, want) = old.expect("ran");
+            let mut new = None;
+            let host_us = time(&mut || {
+                let t = host_targets(&net, &market, &exec, &cfg.env, split.clone());
+                new = Some(book(&t, &market, &exec, &cfg, split.clone()).expect("book"));
+            });
+            anyhow::ensure!(
+                new.expect("ran").metrics == want.metrics,
+                "{name}: the host rewrite books other metrics"
+            );
+            let in_position =
+                decided.iter().filter(|&&t| t != 0).count() as f64 / decided.len() as f64;
+            let (dev_us, dev_book_us) = if device == "cuda" {
+                device_eval(
+                    &market,
+                    &exec,
+                    &cfg,
+                    &agent_cfg,
+                    agent,
+                    split.clone(),
+                    &decided,
+                    &want,
+                    reps,
+                )?
+            } else {
+                (f64::NAN, f64::NAN)
+            };
+            println!(
+                "{:<7} {:>6} {name:>9} {:>6.1}% {:>9} {:>7} {old_us:>14.1} {host_us:>12.1} {dev_us:>12.1} {dev_book_us:>14.1}",
+                w.index,
+                split.len(),
+                in_position * 100.0,
+                want.metrics.trades,
+                "",
+            );
+        }
+    }
+    println!(
+        "bar by bar: one forward per bar inside the backtest (before); host: sessions on {} threads, 8 bars per forward pass, then the backtest's booking; device: the decisions on the GPU (eval_flat + eval_scan, read back), and with the host's booking",
+        rayon::current_num_threads()
+    );
+    Ok(())
+}
+
+/// The device's decisions of `agent` over `split`: median microseconds to decide (read back
+/// included) and to decide and book; checked against the bar-by-bar decisions and metrics.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn device_eval(
+    market: &MarketData,
+    exec: &Execution,
+    cfg: &foxhunt_trainer::TrainConfig,
+    agent_cfg: &foxhunt_dqn::AgentConfig,
+    agent: &foxhunt_dqn::DqnAgent<foxhunt_dqn::CpuBackend>,
+    split: std::ops::Range<usize>,
+    decided: &[i32],
+    want: &foxhunt_env::BacktestReport,
+    reps: usize,
+) -> Result<(f64, f64)> {
+    use foxhunt_gpu::GpuContext;
+    use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, WindowData};
+    let ctx = GpuContext::new(0)?;
+    let mut pool = DevicePool::new(&ctx);
+    let arena = pool.window(&WindowData {
+        market: market.clone(),
+        exec: *exec,
+    })?;
+    let mut ev = DeviceEvaluator::new(&arena, &cfg.env, market.session())?;
+    let (words, max_width) = foxhunt_dqn::fused::layout_words(agent_cfg);
+    let layout = ctx.upload(&words)?;
+    let params = ctx.upload(&agent.export_state().online)?;
+    let net = NetOnDevice {
+        params: &params,
+        layout: &layout,
+        obs_dim: agent_cfg.obs_dim,
+        max_width,
+    };
+    let targets = ev.targets(&net, split.clone())?;
+    anyhow::ensure!(
+        targets
+            .iter()
+            .zip(decided)
+            .all(|(&a, &b)| i32::from(a) == b),
+        "the device decides otherwise than bar by bar"
+    );
+    let booked = foxhunt_trainer::eval::book(&targets, market, exec, cfg, split.clone())?;
+    anyhow::ensure!(
+        booked.metrics == want.metrics,
+        "the device's decisions book other metrics"
+    );
+    let mut decide = Vec::new();
+    let mut both = Vec::new();
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        let t = ev.targets(&net, split.clone())?;
+        decide.push(t0.elapsed().as_secs_f64() * 1e6);
+        foxhunt_trainer::eval::book(&t, market, exec, cfg, split.clone())?;
+        both.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((summarize(&mut decide).0, summarize(&mut both).0))
+}
+
+#[cfg(not(feature = "cuda"))]
+#[allow(clippy::too_many_arguments)]
+fn device_eval(
+    _: &MarketData,
+    _: &Execution,
+    _: &foxhunt_trainer::TrainConfig,
+    _: &foxhunt_dqn::AgentConfig,
+    _: &foxhunt_dqn::DqnAgent<foxhunt_dqn::CpuBackend>,
+    _: std::ops::Range<usize>,
+    _: &[i32],
+    _: &foxhunt_env::BacktestReport,
+    _: usize,
+) -> Result<(f64, f64)> {
+    anyhow::bail!("bench eval --device cuda needs xtask built with --features cuda")
 }

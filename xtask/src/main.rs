@@ -56,6 +56,14 @@ enum Command {
         #[arg(last = true)]
         train: Vec<String>,
     },
+    /// Compile every kernel module with NVRTC for an architecture, without a GPU (needs libnvrtc
+    /// and an xtask built with --features cuda): NVRTC's log on an error.
+    #[cfg(feature = "cuda")]
+    Kernels {
+        /// The architecture.
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -72,6 +80,16 @@ enum Bench {
         years: u32,
         /// Repetitions (the median is reported).
         #[arg(long, default_value_t = 15)]
+        reps: usize,
+    },
+    /// Microseconds per greedy evaluation of the profile configuration's validation month:
+    /// bar by bar (before), the host's rewrite, and the device's (cuda).
+    Eval {
+        /// cpu, or cuda (xtask built with --features cuda).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Repetitions (the median is reported).
+        #[arg(long, default_value_t = 21)]
         reps: usize,
     },
     /// Microseconds per DQN train_step at batch 64 and 1024.
@@ -143,6 +161,14 @@ fn main() -> Result<()> {
             train,
         } => profile::run(&root, &device, compare.as_deref(), &train),
         Command::Testdata { check } => testdata::run(&root, check),
+        #[cfg(feature = "cuda")]
+        Command::Kernels { arch } => {
+            for m in foxhunt_gpu::Module::ALL {
+                let bytes = foxhunt_gpu::compile_check(m, &arch)?;
+                println!("{}: {bytes} bytes of CUBIN for {arch}", m.name());
+            }
+            Ok(())
+        }
         Command::Synth {
             out,
             start,
@@ -159,6 +185,9 @@ fn main() -> Result<()> {
         Command::Bench {
             what: Bench::Dqn { device, updates },
         } => bench::dqn(&device, updates),
+        Command::Bench {
+            what: Bench::Eval { device, reps },
+        } => bench::eval(&root, &device, reps),
         #[cfg(feature = "cuda")]
         Command::Bench {
             what: Bench::GpuEnv { envs, steps, reps },

@@ -69,12 +69,10 @@ fn group(phases: &[&PhaseTimes]) -> Group {
     }
 }
 
-pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) -> Result<()> {
-    let out_dir = root.join("target/profile").join(
-        jiff::Timestamp::now()
-            .strftime("run-%Y%m%d-%H%M%S")
-            .to_string(),
-    );
+/// The profile configuration as `foxhunt train` arguments (the program name first): ES on the
+/// bundled data, 3/1/1-month windows stepped by 3 months, 5 epochs of 50 steps, batch 64, on
+/// `device`, into `out_dir`, with `extra` flags laid over it.
+pub fn profile_args(root: &Path, device: &str, out_dir: &Path, extra: &[String]) -> Vec<String> {
     let mut args: Vec<String> = [
         "profile",
         "--model",
@@ -111,8 +109,24 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
         out_dir.display().to_string(),
     ]);
     args.extend(extra.iter().cloned());
-    let cli = ProfileCli::try_parse_from(&args).context("profile options")?;
-    let report = cli.train.run(&out_dir)?;
+    args
+}
+
+/// The profile configuration's options, parsed.
+pub fn profile_train_args(args: &[String]) -> Result<TrainArgs> {
+    Ok(ProfileCli::try_parse_from(args)
+        .context("profile options")?
+        .train)
+}
+
+pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) -> Result<()> {
+    let out_dir = root.join("target/profile").join(
+        jiff::Timestamp::now()
+            .strftime("run-%Y%m%d-%H%M%S")
+            .to_string(),
+    );
+    let args = profile_args(root, device, &out_dir, extra);
+    let report = profile_train_args(&args)?.run(&out_dir)?;
     if report.phases.is_empty() {
         bail!("the profile run trained no epoch");
     }
@@ -169,6 +183,15 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
             print!(" {of:>12.4} {ol:>12.4} {change:>8}");
         }
         println!();
+    }
+    if let Some(first) = report.phases.first() {
+        println!(
+            "\nfirst epoch of the run: device open {:.1} ms + epoch {:.1} ms (init {:.1}) = {:.1} ms",
+            report.device_open_ms,
+            first.total,
+            first.init,
+            report.device_open_ms + first.total
+        );
     }
     let path: PathBuf = root.join("target/profile.json");
     foxhunt_fs::write_atomic(&path, &serde_json::to_vec_pretty(&profile)?)?;

@@ -527,6 +527,16 @@ pub struct AgentState {
     pub updates: u64,
 }
 
+/// An agent copied into memory: its learning state and its environment-step count, for keeping
+/// an epoch's agent (the best on validation) without writing it, and making it again later.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Networks, Adam's moments, updates.
+    pub state: AgentState,
+    /// Environment steps counted (the exploration schedule's clock).
+    pub env_steps: u64,
+}
+
 /// The optimizer's per-parameter state.
 type AdamRecords<B> = <OptimizerAdaptor<Adam, QNetwork<B>, B> as Optimizer<QNetwork<B>, B>>::Record;
 
@@ -576,6 +586,30 @@ impl<B: AutodiffBackend> DqnAgent<B> {
     /// Number of float parameters of the Q-network.
     pub fn num_params(&self) -> usize {
         self.online().num_params()
+    }
+
+    /// The agent copied into memory (reads the device).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            state: self.export_state(),
+            env_steps: self.env_steps,
+        }
+    }
+
+    /// An agent of `cfg` on `device` made from `snapshot`: trains, acts and checkpoints as the
+    /// agent it was taken from.
+    ///
+    /// # Panics
+    /// When the snapshot is of another architecture (a programmer error, as [`Self::import_state`]).
+    pub fn restore(
+        cfg: AgentConfig,
+        device: &B::Device,
+        snapshot: &Snapshot,
+    ) -> Result<Self, DqnError> {
+        let mut agent = Self::new(cfg, device)?;
+        agent.import_state(&snapshot.state);
+        agent.env_steps = snapshot.env_steps;
+        Ok(agent)
     }
 
     /// The agent's learning state as host vectors (reads the device).

@@ -83,6 +83,40 @@ impl Dense {
     }
 }
 
+/// The network of `cfg` as the device's greedy evaluation reads it (foxhunt-gpu's
+/// kernels/eval.cu: a header, then per hidden layer and head the offsets and sizes in the flat
+/// parameter vector), and the widest row its layers read or write.
+pub fn layout_words(cfg: &AgentConfig) -> (Vec<u64>, usize) {
+    let l = Layout::of(cfg);
+    let mut w = vec![
+        l.hidden.len() as u64,
+        cfg.actions as u64,
+        cfg.obs_dim as u64,
+        u64::from(cfg.layer_norm),
+        u64::from(cfg.dueling),
+    ];
+    for (k, d) in l.hidden.iter().enumerate() {
+        let (g, b) = l.norms.get(k).copied().unwrap_or((0, 0));
+        w.extend([d.w, d.b, u64::from(d.d_in), u64::from(d.d_out), g, b]);
+    }
+    for d in std::iter::once(l.head).chain(l.value) {
+        w.extend([d.w, d.b, u64::from(d.d_in), u64::from(d.d_out)]);
+    }
+    let widest = cfg.hidden.iter().copied().max().unwrap_or(0);
+    (w, widest.max(cfg.actions + 1))
+}
+
+/// Why the device cannot decide exactly as the host for this network, if it cannot: the host's
+/// tanh and GELU are library functions the device does not share bit for bit.
+pub fn device_eval_unsupported(cfg: &AgentConfig) -> Option<String> {
+    (cfg.activation != Activation::Relu).then(|| {
+        format!(
+            "the {:?} activation (the host's and the device's math differ in the last bit)",
+            cfg.activation
+        )
+    })
+}
+
 /// Activations of one forward pass over `rows` inputs (and, for the training pass, the
 /// buffers of its backward pass).
 struct Pass {
@@ -302,6 +336,10 @@ impl FusedDqn {
     /// The device.
     pub fn context(&self) -> &Arc<GpuContext> {
         &self.ctx
+    }
+    /// The online network's parameters on the device, flat in [`AgentState`] order.
+    pub fn online_params(&self) -> &DeviceBuffer<f32> {
+        &self.online
     }
 
     /// Takes `state` (uploads networks and Adam's moments).

@@ -24,7 +24,7 @@ pub mod fused;
 pub mod model;
 pub mod replay;
 
-pub use agent::{AgentState, Batch, DqnAgent, HostStats, TrainStats, UpdateStats};
+pub use agent::{AgentState, Batch, DqnAgent, HostStats, Snapshot, TrainStats, UpdateStats};
 pub use config::{AgentConfig, DqnConfig};
 pub use error::DqnError;
 pub use model::QNetwork;

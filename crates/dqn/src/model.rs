@@ -196,6 +196,161 @@ impl HostLinear {
     }
 }
 
+impl HostLinear {
+    fn from_parts(weight: Vec<f32>, bias: Vec<f32>, d_in: usize, d_out: usize) -> Self {
+        Self {
+            weight,
+            bias: Some(bias),
+            d_in,
+            d_out,
+        }
+    }
+
+    /// `rows` rows at once (`x` rows x d_in, `out` rows x d_out), each output the same sum as
+    /// [`HostLinear::forward`]'s (bias first, then the inputs in order).
+    fn forward_rows(&self, x: &[f32], rows: usize, out: &mut Vec<f32>) {
+        out.clear();
+        for _ in 0..rows {
+            match &self.bias {
+                Some(b) => out.extend_from_slice(b),
+                None => out.extend(std::iter::repeat_n(0.0, self.d_out)),
+            }
+        }
+        dense_rows(&self.weight, self.d_in, self.d_out, x, rows, out);
+    }
+}
+
+/// `out[r][o] += x[r][i] * w[i][o]` over the inputs i in order, for every row r and output o.
+/// Compiled for the widest vectors the processor has (chosen at run time) and tiled so that two
+/// rows' sums for 64 outputs stay in registers while the inputs stream past: each output is still
+/// its own sum of products in input order, each product and sum rounded alone (Rust never fuses a
+/// multiply and an add), so every width and tiling gives the same bits.
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2"))]
+fn dense_rows(weight: &[f32], d_in: usize, d_out: usize, x: &[f32], rows: usize, out: &mut [f32]) {
+    /// Outputs whose sums one row keeps in registers (enough independent sums that none waits
+    /// on its own last step).
+    const WIDE: usize = 128;
+    /// Outputs per tile when two rows share the weights.
+    const TILE: usize = 64;
+    /// Rows of a narrow layer (a head's few outputs) summed side by side.
+    const GROUP: usize = 8;
+    let mut o0 = 0;
+    if rows == 1 {
+        while o0 + WIDE <= d_out {
+            tile::<WIDE>(weight, d_in, d_out, &x[..d_in], &mut out[o0..o0 + WIDE], o0);
+            o0 += WIDE;
+        }
+    }
+    while o0 + TILE <= d_out {
+        let mut r = 0;
+        while r + 2 <= rows {
+            let (x0, x1) = (
+                &x[r * d_in..(r + 1) * d_in],
+                &x[(r + 1) * d_in..(r + 2) * d_in],
+            );
+            let (head, tail) = out[r * d_out..(r + 2) * d_out].split_at_mut(d_out);
+            let mut a0: [f32; TILE] = head[o0..o0 + TILE].try_into().expect("a whole tile");
+            let mut a1: [f32; TILE] = tail[o0..o0 + TILE].try_into().expect("a whole tile");
+            for i in 0..d_in {
+                let (u, v) = (x0[i], x1[i]);
+                // Both inputs zero (ReLU's): nothing to add but zeros, whose sign no decision
+                // reads.
+                if u == 0.0 && v == 0.0 {
+                    continue;
+                }
+                let w: &[f32; TILE] = weight[i * d_out + o0..i * d_out + o0 + TILE]
+                    .try_into()
+                    .expect("a whole tile");
+                for k in 0..TILE {
+                    a0[k] += u * w[k];
+                    a1[k] += v * w[k];
+                }
+            }
+            head[o0..o0 + TILE].copy_from_slice(&a0);
+            tail[o0..o0 + TILE].copy_from_slice(&a1);
+            r += 2;
+        }
+        if r < rows {
+            let xr = &x[r * d_in..(r + 1) * d_in];
+            tile::<TILE>(
+                weight,
+                d_in,
+                d_out,
+                xr,
+                &mut out[r * d_out + o0..r * d_out + o0 + TILE],
+                o0,
+            );
+        }
+        o0 += TILE;
+    }
+    let rest = d_out - o0;
+    if rest == 0 {
+        return;
+    }
+    // The last outputs (a head's few): groups of rows advance together, each sum in registers.
+    let mut r0 = 0;
+    while r0 < rows {
+        let g = GROUP.min(rows - r0);
+        let mut acc = [[0f32; GROUP]; GROUP];
+        for (r, a) in acc.iter_mut().enumerate().take(g) {
+            let row = &out[(r0 + r) * d_out + o0..(r0 + r + 1) * d_out];
+            for (k, v) in row.iter().enumerate().take(GROUP) {
+                a[k] = *v;
+            }
+        }
+        if rest <= GROUP {
+            for i in 0..d_in {
+                let w = &weight[i * d_out + o0..(i + 1) * d_out];
+                for (r, a) in acc.iter_mut().enumerate().take(g) {
+                    let u = x[(r0 + r) * d_in + i];
+                    for (k, wk) in w.iter().enumerate() {
+                        a[k] += u * wk;
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate().take(g) {
+                out[(r0 + r) * d_out + o0..(r0 + r + 1) * d_out].copy_from_slice(&a[..rest]);
+            }
+        } else {
+            for r in r0..r0 + g {
+                for i in 0..d_in {
+                    let u = x[r * d_in + i];
+                    let w = &weight[i * d_out + o0..(i + 1) * d_out];
+                    for (o, wk) in out[r * d_out + o0..(r + 1) * d_out].iter_mut().zip(w) {
+                        *o += u * wk;
+                    }
+                }
+            }
+        }
+        r0 += g;
+    }
+}
+
+/// One row's `N` outputs from `o0` on, their sums kept in registers across the inputs.
+#[inline(always)]
+fn tile<const N: usize>(
+    weight: &[f32],
+    d_in: usize,
+    d_out: usize,
+    xr: &[f32],
+    dst: &mut [f32],
+    o0: usize,
+) {
+    let mut a: [f32; N] = dst.try_into().expect("a whole tile");
+    for (i, &u) in xr.iter().enumerate().take(d_in) {
+        if u == 0.0 {
+            continue;
+        }
+        let w: &[f32; N] = weight[i * d_out + o0..i * d_out + o0 + N]
+            .try_into()
+            .expect("a whole tile");
+        for k in 0..N {
+            a[k] += u * w[k];
+        }
+    }
+    dst.copy_from_slice(&a);
+}
+
 /// The Q-network's forward pass on the host for one observation at a time, from a snapshot of
 /// the weights: no tensor allocation or dispatch per call, for backtests that decide bar by bar.
 /// Agrees with [`QNetwork::forward`] to f32 rounding (summation order differs).
@@ -208,6 +363,47 @@ pub struct HostQNetwork {
     activation: Activation,
     a: Vec<f32>,
     b: Vec<f32>,
+}
+
+/// Layer norm of one row in place: population variance, eps 1e-5, as burn (sums in order).
+fn normalize(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + 1e-5).sqrt();
+    for (k, v) in row.iter_mut().enumerate() {
+        *v = (*v - mean) * inv * gamma[k] + beta.map_or(0.0, |bt| bt[k]);
+    }
+}
+
+/// The hidden activation of one row in place.
+fn activate(row: &mut [f32], activation: Activation) {
+    for v in row.iter_mut() {
+        *v = match activation {
+            Activation::Relu => v.max(0.0),
+            Activation::Tanh => v.tanh(),
+            Activation::Gelu => 0.5 * *v * (1.0 + erf(*v / std::f32::consts::SQRT_2)),
+        };
+    }
+}
+
+/// Dueling's Q = V + A - mean(A), over one row of advantages in place.
+fn dueling_row(value: f32, adv: &mut [f32]) {
+    let mean = adv.iter().sum::<f32>() / adv.len() as f32;
+    for a in adv.iter_mut() {
+        *a = value + *a - mean;
+    }
+}
+
+/// The first of the largest values (what greedy takes on ties).
+fn first_max(q: &[f32]) -> usize {
+    let mut best = 0;
+    for (k, v) in q.iter().enumerate() {
+        if *v > q[best] {
+            best = k;
+        }
+    }
+    best
 }
 
 /// erf to about 1.2e-7 (Numerical Recipes' erfc by Chebyshev fit), for GELU on the host.
@@ -236,33 +432,59 @@ impl HostQNetwork {
         for (i, layer) in self.hidden.iter().enumerate() {
             layer.forward(&a, &mut b);
             if let Some((gamma, beta)) = self.norms.get(i) {
-                let n = b.len() as f32;
-                let mean = b.iter().sum::<f32>() / n;
-                let var = b.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-                let inv = 1.0 / (var + 1e-5).sqrt();
-                for (k, v) in b.iter_mut().enumerate() {
-                    *v = (*v - mean) * inv * gamma[k] + beta.as_ref().map_or(0.0, |bt| bt[k]);
-                }
+                normalize(&mut b, gamma, beta.as_deref());
             }
-            for v in b.iter_mut() {
-                *v = match self.activation {
-                    Activation::Relu => v.max(0.0),
-                    Activation::Tanh => v.tanh(),
-                    Activation::Gelu => 0.5 * *v * (1.0 + erf(*v / std::f32::consts::SQRT_2)),
-                };
-            }
+            activate(&mut b, self.activation);
             std::mem::swap(&mut a, &mut b);
         }
         self.head.forward(&a, &mut b);
         if let Some(v) = &self.value {
             let mut val = Vec::with_capacity(1);
             v.forward(&a, &mut val);
-            let mean = b.iter().sum::<f32>() / b.len() as f32;
-            for (o, adv) in q.iter_mut().zip(&b) {
-                *o = val[0] + adv - mean;
+            dueling_row(val[0], &mut b);
+        }
+        q.copy_from_slice(&b[..q.len()]);
+        (self.a, self.b) = (a, b);
+    }
+
+    /// Inputs an observation holds.
+    pub fn obs_dim(&self) -> usize {
+        self.hidden.first().unwrap_or(&self.head).d_in
+    }
+
+    /// Actions (outputs).
+    pub fn actions(&self) -> usize {
+        self.head.d_out
+    }
+
+    /// The greedy actions of `rows` observations (`obs` rows x obs_dim) into `actions`: each the
+    /// action [`HostQNetwork::greedy`] gives that observation alone (the same sums in the same
+    /// order), with every weight read once per call instead of once per row.
+    pub fn greedy_rows(&mut self, obs: &[f32], rows: usize, actions: &mut [usize]) {
+        let (mut a, mut b) = (std::mem::take(&mut self.a), std::mem::take(&mut self.b));
+        a.clear();
+        a.extend_from_slice(&obs[..rows * self.obs_dim()]);
+        for (i, layer) in self.hidden.iter().enumerate() {
+            layer.forward_rows(&a, rows, &mut b);
+            for row in b.chunks_exact_mut(layer.d_out) {
+                if let Some((gamma, beta)) = self.norms.get(i) {
+                    normalize(row, gamma, beta.as_deref());
+                }
+                activate(row, self.activation);
             }
-        } else {
-            q.copy_from_slice(&b[..q.len()]);
+            std::mem::swap(&mut a, &mut b);
+        }
+        let n = self.head.d_out;
+        self.head.forward_rows(&a, rows, &mut b);
+        let mut val = Vec::new();
+        if let Some(v) = &self.value {
+            v.forward_rows(&a, rows, &mut val);
+        }
+        for (r, q) in b.chunks_exact_mut(n).enumerate() {
+            if self.value.is_some() {
+                dueling_row(val[r], q);
+            }
+            actions[r] = first_max(q);
         }
         (self.a, self.b) = (a, b);
     }
@@ -271,13 +493,57 @@ impl HostQNetwork {
     pub fn greedy(&mut self, obs: &[f32]) -> usize {
         let mut q = vec![0f32; self.head.d_out];
         self.forward(obs, &mut q);
-        let mut best = 0;
-        for (k, v) in q.iter().enumerate() {
-            if *v > q[best] {
-                best = k;
-            }
+        first_max(&q)
+    }
+}
+
+impl HostQNetwork {
+    /// The network of `cfg` with parameters `params`, flat in `AgentState` order (hidden
+    /// layers' weights and biases, the layer norms' scales and shifts, the head, the value
+    /// head), as an agent exports them.
+    ///
+    /// # Panics
+    /// When `params` is not of `cfg`'s size (a programmer error).
+    pub fn from_flat(cfg: &AgentConfig, params: &[f32]) -> Self {
+        let mut rest = params;
+        let mut take = |n: usize| {
+            let (v, tail) = rest.split_at(n);
+            rest = tail;
+            v.to_vec()
+        };
+        let mut width = cfg.obs_dim;
+        let mut hidden = Vec::new();
+        for &h in &cfg.hidden {
+            hidden.push(HostLinear::from_parts(take(width * h), take(h), width, h));
+            width = h;
         }
-        best
+        let norms = if cfg.layer_norm {
+            cfg.hidden
+                .iter()
+                .map(|&h| (take(h), Some(take(h))))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let head = HostLinear::from_parts(
+            take(width * cfg.actions),
+            take(cfg.actions),
+            width,
+            cfg.actions,
+        );
+        let value = cfg
+            .dueling
+            .then(|| HostLinear::from_parts(take(width), take(1), width, 1));
+        assert!(rest.is_empty(), "parameters of another network");
+        Self {
+            hidden,
+            norms,
+            head,
+            value,
+            activation: cfg.activation,
+            a: Vec::new(),
+            b: Vec::new(),
+        }
     }
 }
 

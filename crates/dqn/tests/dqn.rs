@@ -741,7 +741,13 @@ fn the_host_forward_agrees_with_burn_for_every_architecture() {
         };
         let agent = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("agent");
         let mut host = agent.online_net().to_host();
+        // The same network made from the exported flat parameters, and decisions of many rows
+        // at once, are the one-row host forward exactly.
+        let mut flat =
+            foxhunt_dqn::model::HostQNetwork::from_flat(&cfg, &agent.export_state().online);
         let mut worst = 0f32;
+        let mut all_obs = Vec::new();
+        let mut one_by_one = Vec::new();
         for k in 0..64 {
             let obs: Vec<f32> = (0..9)
                 .map(|i| ((k * 9 + i) as f32 * 0.37).sin() * 3.0)
@@ -749,11 +755,21 @@ fn the_host_forward_agrees_with_burn_for_every_architecture() {
             let want = q_of(&agent, obs.clone(), 9);
             let mut got = vec![0f32; 5];
             host.forward(&obs, &mut got);
+            let mut again = vec![0f32; 5];
+            flat.forward(&obs, &mut again);
+            assert_eq!(got, again, "from_flat is to_host");
             let scale = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
             for (a, b) in want.iter().zip(&got) {
                 worst = worst.max((a - b).abs() / scale);
             }
+            one_by_one.push(host.greedy(&obs));
+            all_obs.extend(obs);
         }
+        let mut rows = vec![0usize; 64];
+        for (chunk, out) in all_obs.chunks(9 * 8).zip(rows.chunks_mut(8)) {
+            flat.greedy_rows(chunk, 8, out);
+        }
+        assert_eq!(rows, one_by_one, "greedy_rows decides as greedy");
         assert!(
             worst < 1e-5,
             "{activation:?} layer_norm={layer_norm} dueling={dueling}: worst relative difference {worst:e}"

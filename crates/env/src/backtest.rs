@@ -29,6 +29,11 @@ pub trait Policy {
     fn name(&self) -> String;
     /// Target position in contracts (clamped to +-max_position by the backtest).
     fn target(&mut self, d: &Decision<'_>) -> i32;
+    /// Whether [`Decision::obs`] is read; a policy that decides without it (decisions made
+    /// elsewhere, rules on the market data) saves the backtest building it at every bar.
+    fn observes(&self) -> bool {
+        true
+    }
 }
 
 /// Always flat.
@@ -36,6 +41,9 @@ pub struct Flat;
 impl Policy for Flat {
     fn name(&self) -> String {
         "flat".into()
+    }
+    fn observes(&self) -> bool {
+        false
     }
     fn target(&mut self, _: &Decision<'_>) -> i32 {
         0
@@ -47,6 +55,9 @@ pub struct BuyAndHold;
 impl Policy for BuyAndHold {
     fn name(&self) -> String {
         "buy-and-hold".into()
+    }
+    fn observes(&self) -> bool {
+        false
     }
     fn target(&mut self, _: &Decision<'_>) -> i32 {
         1
@@ -68,6 +79,9 @@ impl Policy for Random {
     fn name(&self) -> String {
         "random".into()
     }
+    fn observes(&self) -> bool {
+        false
+    }
     fn target(&mut self, d: &Decision<'_>) -> i32 {
         let n = 2 * u64::from(self.max_position) + 1;
         (mix64(self.seed ^ mix64(d.t as u64)) % n) as i32 - i32::from(self.max_position)
@@ -83,6 +97,9 @@ pub struct Momentum {
 impl Policy for Momentum {
     fn name(&self) -> String {
         format!("momentum-{}", self.lookback)
+    }
+    fn observes(&self) -> bool {
+        false
     }
     fn target(&mut self, d: &Decision<'_>) -> i32 {
         let m = d.market;
@@ -151,8 +168,11 @@ pub fn backtest(
     let mut day_session = m.session()[t];
     let (mut trades, mut trade_pnl, mut trade_bars) = (Vec::new(), 0.0, 0usize);
     let (mut contracts, mut costs) = (0u64, 0.0);
+    let observes = policy.observes();
     loop {
-        observe(m, cfg, x.tick_size, t, position, entry, &mut obs);
+        if observes {
+            observe(m, cfg, x.tick_size, t, position, entry, &mut obs);
+        }
         let target = policy
             .target(&Decision {
                 t,

@@ -1,47 +1,5 @@
-// foxhunt GPU environment: one thread per environment, the same arithmetic as foxhunt-env's
-// exec::transition, next_entry, observe and episode_start (crates/env/src/{exec,vec_env}.rs).
-// Compiled by NVRTC with --fmad=false: the CPU reference does not fuse multiply-adds, so
-// neither may we if f64 results are to agree bit for bit.
-
-typedef unsigned long long u64;
-typedef unsigned int u32;
-
-__device__ __forceinline__ u64 mix64(u64 z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-__device__ __forceinline__ u32 episode_start(u64 seed, u32 env, u32 episode, u32 split_start, u32 split_end) {
-    u64 h = mix64(seed ^ mix64(((u64)env << 32) | (u64)episode));
-    u64 starts = (u64)(split_end - split_start - 1);
-    return split_start + (u32)(h % starts);
-}
-
-__device__ __forceinline__ int isign(int v) { return (v > 0) - (v < 0); }
-
-struct Market {
-    const float* features;
-    const double* open;
-    const double* close;
-    const u32* session;
-    const u32* contract;
-    u32 cols;
-};
-
-__device__ void observe(const Market& m, u32 lookback, int max_position, float upnl_scale, double tick_size,
-                        u32 t, int position, double entry, float* out) {
-    for (u32 k = 0; k < lookback; ++k) {
-        u32 row = (t + k + 1 >= lookback) ? (t + k + 1 - lookback) : 0;
-        const float* src = m.features + (size_t)row * m.cols;
-        float* dst = out + (size_t)k * m.cols;
-        for (u32 c = 0; c < m.cols; ++c) dst[c] = src[c];
-    }
-    u32 n = lookback * m.cols;
-    out[n] = (float)position / (float)max_position;
-    double upnl_ticks = position == 0 ? 0.0 : (m.close[t] - entry) * (double)position / tick_size;
-    out[n + 1] = (float)upnl_ticks / upnl_scale;
-}
+// foxhunt GPU environment kernels: one thread per environment, stepping as foxhunt-env's VecEnv
+// does (the device functions are env.cuh's), writing the replay ring's row when asked.
 
 extern "C" __global__ void env_reset(
     const float* features, const double* open, const double* close, const u32* session, const u32* contract, u32 cols,
@@ -78,38 +36,15 @@ __device__ __forceinline__ void step_one(
     u32 amax = 2u * (u32)max_position;
     int target = (int)(a < amax ? a : amax) - max_position;
 
-    // exec::transition
-    bool last = (t + 1 >= split_end) || (flatten_at_close && session[t + 1] != session[t]);
-    u32 next_t; int new_pos; double hold_pnl = 0.0, bar_pnl = 0.0, cost; bool terminal; bool has_fill = false; double fill = 0.0;
-    if (last) {
-        u32 traded = (u32)abs(position);
-        next_t = t; new_pos = 0; cost = (double)traded * cost_per_side; terminal = true;
-    } else {
-        double o = open[t + 1], ct = close[t], cn = close[t + 1];
-        u32 traded = (u32)abs(target - position);
-        if (contract[t + 1] != contract[t] && isign(position) * isign(target) > 0) {
-            u32 ap = (u32)abs(position), at = (u32)abs(target);
-            traded += 2u * (ap < at ? ap : at);
-        }
-        if (target != position) { has_fill = true; fill = o + slippage_price * (double)isign(target - position); }
-        next_t = t + 1; new_pos = target;
-        hold_pnl = (double)position * (o - ct) * multiplier;
-        bar_pnl = (double)target * (cn - o) * multiplier;
-        cost = (double)traded * cost_per_side;
-        terminal = false;
-    }
-    double pnl = hold_pnl + bar_pnl - cost;
+    Exec x = {multiplier, cost_per_side, slippage_price};
+    Trans tr = transition(m, x, t, split_end, flatten_at_close, position, target);
+    u32 next_t = tr.next_t;
+    int new_pos = tr.position;
+    bool terminal = tr.terminal;
+    double pnl = tr.hold_pnl + tr.bar_pnl - tr.cost;
     double penalty = risk_penalty * (double)abs(new_pos);
     rewards[i] = (float)((pnl - penalty) / reward_scale);
-
-    // exec::next_entry
-    double new_entry;
-    if (new_pos == 0) new_entry = 0.0;
-    else if (!has_fill) new_entry = entry;
-    else if (position == 0 || isign(position) != isign(new_pos)) new_entry = fill;
-    else if (abs(new_pos) > abs(position))
-        new_entry = (entry * (double)abs(position) + fill * (double)(abs(new_pos) - abs(position))) / (double)abs(new_pos);
-    else new_entry = entry;
+    double new_entry = next_entry(entry, position, tr);
 
     u32 steps = steps_arr[i] + 1;
     unsigned char code = terminal ? 1 : ((episode_steps > 0 && steps >= episode_steps) ? 2 : 0);

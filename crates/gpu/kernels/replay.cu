@@ -1,6 +1,6 @@
 // foxhunt device replay: uniform sampling of n-step transitions from the ring that env_step_record
 // writes, observations rebuilt from (bar, position, entry) over the resident market data
-// (replay by index). Needs philox.cuh and env_step.cu's observe() in the same module.
+// (replay by index). Needs philox.cuh and env.cuh's observe() in the same module.
 
 // One thread per sampled transition. Rows are whole steps of all n_env environments; row r lives
 // at ring slot (r % cap_rows) * n_env + env. A start row needs its next `nstep` rows written.

@@ -15,7 +15,7 @@ macro_rules! elem {
         $(impl private::Sealed for $t {} impl Elem for $t {})*
     };
 }
-elem!(u8, i32, u32, u64, i64, f32, f64);
+elem!(u8, i8, i32, u32, u64, i64, f32, f64);
 
 /// `len` elements of `T` in device memory (allocated with room for at least `len`; a pooled
 /// buffer may have more, see [`DeviceBuffer::capacity`]). Made, filled and read through a

@@ -1,15 +1,30 @@
-//! A CUDA device as foxhunt uses it: the primary context, one stream, the compiled modules, and
-//! every copy between host and device memory.
+//! A CUDA device as foxhunt uses it: the primary context, one stream, the compiled modules (from
+//! the on-disk kernel cache when it holds them), and every copy between host and device memory.
 
 use std::collections::HashMap;
+use std::ffi::{CString, c_char, c_int};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaModule, CudaStream};
-use cudarc::nvrtc::{CompileError, CompileOptions, compile_ptx_with_opts};
+use cudarc::nvrtc::{CompileError, Ptx, result as nvrtc, sys as nvrtc_sys};
 
 use crate::buffer::{DeviceBuffer, Elem};
+use crate::cache::KernelCache;
 use crate::launch::Kernel;
 use crate::{EventMarks, GpuError, Module};
+
+/// How the modules of a context came to be: compiled by NVRTC, or read from the kernel cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompileStats {
+    /// Modules compiled by NVRTC.
+    pub compiled: usize,
+    /// Modules loaded from the kernel cache.
+    pub cached: usize,
+    /// Cache entries found damaged, stale or unloadable, and rebuilt.
+    pub rebuilt: usize,
+    /// Why the cache could not be written, where it could not (it costs the next run a compile).
+    pub cache_errors: Vec<String>,
+}
 
 /// A CUDA device: its context (the primary one, shared with burn-cuda), the stream all of
 /// foxhunt's work on it goes to, and the kernel modules compiled so far.
@@ -17,13 +32,22 @@ pub struct GpuContext {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     arch: String,
+    cache: KernelCache,
     modules: Mutex<HashMap<Module, Arc<CudaModule>>>,
+    stats: Mutex<CompileStats>,
 }
 
 impl GpuContext {
-    /// Opens device `ordinal`. Checks that the driver and NVRTC libraries can be loaded before
-    /// touching cudarc, which panics rather than returning an error when they cannot.
+    /// Opens device `ordinal`, with the kernel cache the environment asks for
+    /// ([`KernelCache::from_env`]).
     pub fn new(ordinal: usize) -> Result<Arc<Self>, GpuError> {
+        Self::with_cache(ordinal, KernelCache::from_env())
+    }
+
+    /// Opens device `ordinal` with kernel cache `cache`. Checks that the driver and NVRTC
+    /// libraries can be loaded before touching cudarc, which panics rather than returning an
+    /// error when they cannot.
+    pub fn with_cache(ordinal: usize, cache: KernelCache) -> Result<Arc<Self>, GpuError> {
         // SAFETY: only tries to dlopen the library by name; no symbol is called.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(GpuError::NoCuda(
@@ -46,8 +70,15 @@ impl GpuContext {
             ctx,
             stream,
             arch: format!("sm_{major}{minor}"),
+            cache,
             modules: Mutex::new(HashMap::new()),
+            stats: Mutex::new(CompileStats::default()),
         }))
+    }
+
+    /// How this context's modules were obtained so far.
+    pub fn compile_stats(&self) -> CompileStats {
+        self.stats.lock().expect("stats lock").clone()
     }
 
     /// The device architecture kernels are compiled for (`sm_90` on Hopper).
@@ -74,25 +105,37 @@ impl GpuContext {
         if let Some(m) = modules.get(&module) {
             return Ok(m.clone());
         }
-        let opts = CompileOptions {
-            // The CPU reference never fuses multiply-adds; f64 results must round alike.
-            fmad: Some(false),
-            options: vec![format!("--gpu-architecture={}", self.arch)],
-            name: Some(format!("{}.cu", module.name())),
-            ..Default::default()
-        };
-        let ptx = compile_ptx_with_opts(module.source(), opts).map_err(|source| {
-            let log = match &source {
-                CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
-                other => other.to_string(),
-            };
-            GpuError::Compile {
-                module: module.name(),
-                log,
-                source,
+        let options = vec![
+            // The CPU reference never fuses multiply-adds; results must round alike.
+            "--fmad=false".to_owned(),
+            format!("--gpu-architecture={}", self.arch),
+        ];
+        let entry = self
+            .cache
+            .path(module.source(), &self.arch, &options, nvrtc_version()?);
+        let load = |image: Vec<u8>| self.ctx.load_module(Ptx::from_binary(image));
+        let mut stats = self.stats.lock().expect("stats lock");
+        // A cache entry is trusted only once its checksum matched and the driver took it.
+        if let Some(path) = &entry {
+            match KernelCache::load(path).map(load) {
+                Some(Ok(m)) => {
+                    stats.cached += 1;
+                    modules.insert(module, m.clone());
+                    return Ok(m);
+                }
+                Some(Err(_)) => stats.rebuilt += 1,
+                None if path.exists() => stats.rebuilt += 1,
+                None => {}
             }
-        })?;
-        let m = self.ctx.load_module(ptx).map_err(GpuError::driver(format!(
+        }
+        let cubin = compile_cubin(module, &options)?;
+        stats.compiled += 1;
+        if let Some(path) = &entry
+            && let Err(e) = KernelCache::store(path, &cubin)
+        {
+            stats.cache_errors.push(e.to_string());
+        }
+        let m = load(cubin).map_err(GpuError::driver(format!(
             "loading module {}",
             module.name()
         )))?;
@@ -202,4 +245,92 @@ impl GpuContext {
     pub fn marks(&self) -> EventMarks {
         EventMarks::new(self.stream.clone())
     }
+}
+
+/// Compiles `module` for `arch` (e.g. `sm_90`) with the options a context uses, without a device:
+/// the CUBIN's size, or NVRTC's log. Needs only libnvrtc (for checking kernels on machines without
+/// a GPU).
+pub fn compile_check(module: Module, arch: &str) -> Result<usize, GpuError> {
+    // SAFETY: only tries to dlopen the library by name; no symbol is called.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoCuda(
+            "the NVRTC library (libnvrtc) could not be loaded".into(),
+        ));
+    }
+    let options = vec![
+        "--fmad=false".to_owned(),
+        format!("--gpu-architecture={arch}"),
+    ];
+    Ok(compile_cubin(module, &options)?.len())
+}
+
+/// NVRTC's version, part of every cache key.
+fn nvrtc_version() -> Result<(i32, i32), GpuError> {
+    let (mut major, mut minor): (c_int, c_int) = (0, 0);
+    // SAFETY: nvrtcVersion writes two ints through the pointers, which point at live locals.
+    unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| GpuError::NoCuda(format!("NVRTC does not answer: {e:?}")))?;
+    Ok((major, minor))
+}
+
+/// Compiles `module` with NVRTC to a CUBIN for the architecture `options` name.
+fn compile_cubin(module: Module, options: &[String]) -> Result<Vec<u8>, GpuError> {
+    let fail = |source: CompileError| {
+        let log = match &source {
+            CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+            other => other.to_string(),
+        };
+        GpuError::Compile {
+            module: module.name(),
+            log,
+            source,
+        }
+    };
+    let src = CString::new(module.source()).expect("kernel sources hold no NUL byte");
+    let name = CString::new(format!("{}.cu", module.name())).expect("module names hold no NUL");
+    let prog = nvrtc::create_program(&src, Some(&name))
+        .map_err(|e| fail(CompileError::CreationError(e)))?;
+    let cubin = cubin_of(prog, options).map_err(|e| match e {
+        Ok(nvrtc_err) => {
+            // SAFETY: `prog` was made by create_program above and is not destroyed yet.
+            let log = unsafe { nvrtc::get_program_log(prog) }
+                .map(|l| {
+                    let bytes: Vec<u8> =
+                        l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                    CString::new(bytes).unwrap_or_default()
+                })
+                .unwrap_or_default();
+            fail(CompileError::CompileError {
+                nvrtc: nvrtc_err,
+                options: options.to_vec(),
+                log,
+            })
+        }
+        Err(get) => fail(CompileError::GetPtxError(get)),
+    });
+    // SAFETY: `prog` was made by create_program above and is destroyed once, here.
+    let _ = unsafe { nvrtc::destroy_program(prog) };
+    cubin
+}
+
+/// Compiles `prog` and reads its CUBIN: a compile error is `Err(Ok(e))` (the log is still to
+/// read), a failure to read the result `Err(Err(e))`.
+fn cubin_of(
+    prog: nvrtc_sys::nvrtcProgram,
+    options: &[String],
+) -> Result<Vec<u8>, Result<nvrtc::NvrtcError, nvrtc::NvrtcError>> {
+    // SAFETY: `prog` is a live program made by create_program (the caller destroys it after).
+    unsafe { nvrtc::compile_program(prog, options) }.map_err(Ok)?;
+    let mut size = 0usize;
+    // SAFETY: as above; NVRTC writes the CUBIN's size into the live local.
+    unsafe { nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size) }
+        .result()
+        .map_err(Err)?;
+    let mut cubin = vec![0u8; size];
+    // SAFETY: as above; `cubin` holds the `size` bytes NVRTC said the CUBIN takes.
+    unsafe { nvrtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast::<c_char>()) }
+        .result()
+        .map_err(Err)?;
+    Ok(cubin)
 }

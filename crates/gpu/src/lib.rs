@@ -10,10 +10,14 @@
 //! - [`DeviceBatch`]: a sampled batch of n-step transitions, the vocabulary between the replay
 //!   that writes it (foxhunt-memory) and the learner that reads it (foxhunt-dqn).
 //!
+//! - [`KernelCache`]: compiled modules (CUBIN) kept on disk between runs, checked before use.
+//!
 //! Built without the `cuda` feature the crate holds only what needs no device: [`GpuError`],
-//! the kernel sources ([`Module`]) and [`philox`], the host twin of the kernels' generator.
+//! the kernel sources ([`Module`]), the kernel cache's files and [`philox`], the host twin of the
+//! kernels' generator.
 //! Callers gate their device code as a whole on their own `cuda` feature.
 
+mod cache;
 mod error;
 mod module;
 pub mod philox;
@@ -34,6 +38,7 @@ mod launch;
 #[cfg(feature = "cuda")]
 mod marks;
 
+pub use cache::KernelCache;
 pub use error::GpuError;
 pub use module::Module;
 
@@ -42,7 +47,7 @@ pub use batch::{DeviceBatch, HostBatchParts};
 #[cfg(feature = "cuda")]
 pub use buffer::{DeviceBuffer, Elem};
 #[cfg(feature = "cuda")]
-pub use context::GpuContext;
+pub use context::{CompileStats, GpuContext, compile_check};
 #[cfg(feature = "cuda")]
 pub use launch::{Grid, Kernel, Launch};
 #[cfg(feature = "cuda")]

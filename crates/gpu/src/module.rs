@@ -9,17 +9,21 @@ pub enum Module {
     Env,
     /// The fused DQN engine: forward, loss, backward, Adam, target update, action selection.
     Dqn,
+    /// Greedy evaluation: a dense Q-network's decisions over a split, as the host's (eval_flat,
+    /// eval_scan), with the environment's transition.
+    Eval,
 }
 
 impl Module {
     /// Every module.
-    pub const ALL: [Module; 2] = [Module::Env, Module::Dqn];
+    pub const ALL: [Module; 3] = [Module::Env, Module::Dqn, Module::Eval];
 
     /// The module's name (in compile errors and the module cache).
     pub fn name(self) -> &'static str {
         match self {
             Module::Env => "env",
             Module::Dqn => "dqn",
+            Module::Eval => "eval",
         }
     }
 
@@ -28,12 +32,17 @@ impl Module {
         match self {
             Module::Env => concat!(
                 include_str!("../kernels/philox.cuh"),
+                include_str!("../kernels/env.cuh"),
                 include_str!("../kernels/env_step.cu"),
                 include_str!("../kernels/replay.cu")
             ),
             Module::Dqn => concat!(
                 include_str!("../kernels/philox.cuh"),
                 include_str!("../kernels/dqn.cu")
+            ),
+            Module::Eval => concat!(
+                include_str!("../kernels/env.cuh"),
+                include_str!("../kernels/eval.cu")
             ),
         }
     }

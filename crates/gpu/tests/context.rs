@@ -2,7 +2,7 @@
 //! (FOXHUNT_GPU_TESTS=1) buffers that round-trip and a compile error that carries NVRTC's log.
 #![cfg(feature = "cuda")]
 
-use foxhunt_gpu::{GpuContext, GpuError, Module};
+use foxhunt_gpu::{GpuContext, GpuError, KernelCache, Module};
 
 fn gpu_tests() -> bool {
     std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1")
@@ -28,7 +28,7 @@ fn buffers_round_trip_and_every_module_compiles() {
         eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
         return;
     }
-    let ctx = GpuContext::new(0).expect("a GPU");
+    let ctx = GpuContext::with_cache(0, KernelCache::off()).expect("a GPU");
     let v: Vec<f64> = (0..1000).map(|i| f64::from(i) * 0.5).collect();
     let mut b = ctx.upload(&v).expect("upload");
     assert_eq!(ctx.download(&b).expect("download"), v);
@@ -41,17 +41,82 @@ fn buffers_round_trip_and_every_module_compiles() {
     ctx.copy(&b, &mut c).expect("copy");
     assert_eq!(ctx.download(&c).expect("download"), &v[..10]);
     for m in Module::ALL {
-        ctx.kernel(
-            m,
-            match m {
-                Module::Env => "env_step",
-                Module::Dqn => "adam_step",
-            },
-        )
-        .unwrap_or_else(|e| panic!("module {}: {e}", m.name()));
+        ctx.kernel(m, a_kernel(m))
+            .unwrap_or_else(|e| panic!("module {}: {e}", m.name()));
     }
+    assert_eq!(ctx.compile_stats().compiled, Module::ALL.len());
     let err = ctx
         .kernel(Module::Env, "no_such_kernel")
         .expect_err("unknown");
     assert!(err.to_string().contains("no_such_kernel"), "{err}");
+}
+
+fn a_kernel(m: Module) -> &'static str {
+    match m {
+        Module::Env => "env_step",
+        Module::Dqn => "adam_step",
+        Module::Eval => "eval_scan",
+    }
+}
+
+/// The kernel cache: a second context compiles nothing; a damaged entry is found, rebuilt and
+/// rewritten, never loaded.
+#[test]
+fn a_warm_kernel_cache_compiles_nothing_and_a_damaged_entry_is_rebuilt() {
+    if !gpu_tests() {
+        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("foxhunt-kernel-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let load_all = || {
+        let ctx = GpuContext::with_cache(0, KernelCache::at(&dir)).expect("a GPU");
+        let t0 = std::time::Instant::now();
+        for m in Module::ALL {
+            ctx.kernel(m, a_kernel(m)).expect("kernel");
+        }
+        (ctx.compile_stats(), t0.elapsed())
+    };
+    let (cold, cold_time) = load_all();
+    assert_eq!(
+        (cold.compiled, cold.cached),
+        (Module::ALL.len(), 0),
+        "{cold:?}"
+    );
+    assert!(cold.cache_errors.is_empty(), "{cold:?}");
+    let (warm, warm_time) = load_all();
+    assert_eq!(
+        (warm.compiled, warm.cached, warm.rebuilt),
+        (0, Module::ALL.len(), 0),
+        "{warm:?}"
+    );
+    // Damage one entry: it is rebuilt and rewritten; the next context finds it whole again.
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .expect("cache dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    entries.sort();
+    assert_eq!(entries.len(), Module::ALL.len());
+    let mut bytes = std::fs::read(&entries[0]).expect("entry");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    std::fs::write(&entries[0], &bytes).expect("damage");
+    let (fixed, _) = load_all();
+    assert_eq!(
+        (fixed.compiled, fixed.cached, fixed.rebuilt),
+        (1, Module::ALL.len() - 1, 1),
+        "{fixed:?}"
+    );
+    let (again, _) = load_all();
+    assert_eq!(
+        (again.compiled, again.cached),
+        (0, Module::ALL.len()),
+        "{again:?}"
+    );
+    eprintln!(
+        "kernel modules: cold (NVRTC) {:.1} ms, warm (cache) {:.1} ms",
+        cold_time.as_secs_f64() * 1e3,
+        warm_time.as_secs_f64() * 1e3
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

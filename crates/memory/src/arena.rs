@@ -167,6 +167,7 @@ impl<'p, P: Pool> Arena<'p, P> {
     pub fn pool_stats(&self) -> PoolStats {
         self.pool.stats()
     }
+    #[cfg(feature = "cuda")]
     pub(crate) fn pool(&self) -> &P {
         self.pool
     }

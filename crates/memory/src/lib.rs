@@ -15,6 +15,9 @@ pub mod arena;
 #[cfg(feature = "cuda")]
 mod device;
 mod error;
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
+mod eval;
 // Kernel launches are `unsafe` (foxhunt-gpu's `Launch::run`); each states in a SAFETY comment why
 // its arguments fit the kernel. The rest of the crate has no unsafe code.
 #[cfg(feature = "cuda")]
@@ -28,6 +31,8 @@ pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
 #[cfg(feature = "cuda")]
 pub use device::{DevicePool, DeviceWindow, GpuArena};
 pub use error::MemoryError;
+#[cfg(feature = "cuda")]
+pub use eval::{DeviceEvaluator, NetOnDevice, unsupported_env};
 #[cfg(feature = "cuda")]
 pub use gpu_env::GpuVecEnv;
 #[cfg(feature = "cuda")]

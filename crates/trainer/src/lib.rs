@@ -11,7 +11,7 @@
 pub mod config;
 mod engine;
 mod error;
-mod eval;
+pub mod eval;
 pub mod phase;
 mod plot;
 pub mod progress;

@@ -128,6 +128,10 @@ pub struct Skipped {
 pub struct RunReport {
     /// `cpu` or `cuda`.
     pub device: String,
+    /// Milliseconds to open the device (CUDA context, library checks) before the first window;
+    /// the first epoch of the run is this plus that epoch's own breakdown.
+    #[serde(default)]
+    pub device_open_ms: f64,
     /// Windows trained (or failed), in order.
     pub windows: Vec<WindowReport>,
     /// Windows the plan skipped.

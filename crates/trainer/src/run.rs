@@ -8,15 +8,15 @@ use std::time::Instant;
 
 use foxhunt_data::{Dataset, Normalizer, WalkForwardConfig, Window};
 use foxhunt_dqn::replay::Replay;
-use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};
+use foxhunt_dqn::{CpuBackend, DqnAgent, Snapshot, checkpoint};
 use foxhunt_env::vec_env::mix64;
 use foxhunt_env::{ContractSpec, Execution, MarketData};
 use foxhunt_memory::{HostArena, HostPool, Pool, WindowData};
 
 use crate::TrainError;
 use crate::config::{DeviceChoice, TrainConfig};
-use crate::engine::Engine;
 use crate::engine::host::{HostEngine, HostSetup};
+use crate::engine::{Engine, EvalData, Judged};
 use crate::phase::{Phase, PhaseClock, PhaseTimes};
 use crate::progress::Bars;
 use crate::report::{
@@ -116,7 +116,9 @@ enum DeviceRun {
 /// was also written to `out/report.json`.
 pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     job.cfg.validate()?;
+    let t_open = Instant::now();
     let gpu = open_device(job.cfg.device)?;
+    let device_open_ms = t_open.elapsed().as_secs_f64() * 1e3;
     let resolved = match gpu {
         Some(_) => Resolved::Cuda,
         None => Resolved::Cpu,
@@ -226,12 +228,26 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         bars.window_done();
     }
     bars.finish();
+    #[cfg(feature = "cuda")]
+    if let Some(ctx) = &gpu {
+        let k = ctx.compile_stats();
+        tracing::info!(
+            "kernel modules: {} compiled, {} from the kernel cache, {} damaged entries rebuilt",
+            k.compiled,
+            k.cached,
+            k.rebuilt
+        );
+        for e in k.cache_errors {
+            tracing::warn!("kernel cache not written (the next run compiles again): {e}");
+        }
+    }
     let report = RunReport {
         device: match resolved {
             Resolved::Cpu => "cpu",
             Resolved::Cuda => "cuda",
         }
         .into(),
+        device_open_ms,
         windows: reports,
         skipped: plan
             .skipped
@@ -358,12 +374,22 @@ struct Splits {
     test: Range<usize>,
 }
 
-/// Where a window starts: its agent and host replay (fresh, or read back on resume) and the
-/// progress so far.
+/// Where a window starts: its agent and host replay (fresh, or read back on resume), the
+/// progress so far and the best epoch's agent so far.
 struct Start<B: burn::tensor::backend::AutodiffBackend> {
     agent: DqnAgent<B>,
     replay: Option<Replay>,
     prog: Progress,
+    best: Option<Best>,
+}
+
+/// The epoch that scored best on validation so far, its agent kept in memory; its checkpoint
+/// is written outside the timed epochs (with resumable state, and when the window ends).
+struct Best {
+    epoch: usize,
+    agent: Snapshot,
+    /// Whether `best-epoch-E.ckpt` holds it already.
+    written: bool,
 }
 
 impl WindowCtx<'_> {
@@ -404,7 +430,7 @@ impl WindowCtx<'_> {
                 let s = self.start::<CpuBackend>(&Default::default(), true)?;
                 let replay = s.replay.expect("a host replay was asked for");
                 let engine = HostEngine::new(host(arena.market()), s.agent, replay);
-                self.epochs(engine, s.prog, &arena, &splits, t_init, budget)
+                self.epochs(engine, s.prog, s.best, &arena, &splits, t_init, budget)
             }
             // Prioritized replay keeps its sum tree on the host: the agent trains on
             // burn-cuda with host collection.
@@ -413,7 +439,7 @@ impl WindowCtx<'_> {
                 let s = self.start::<foxhunt_dqn::CudaBackend>(&Default::default(), true)?;
                 let replay = s.replay.expect("a host replay was asked for");
                 let engine = HostEngine::new(host(arena.market()), s.agent, replay);
-                self.epochs(engine, s.prog, &arena, &splits, t_init, budget)
+                self.epochs(engine, s.prog, s.best, &arena, &splits, t_init, budget)
             }
             #[cfg(feature = "cuda")]
             DeviceRun::Gpu(g) => {
@@ -428,9 +454,10 @@ impl WindowCtx<'_> {
                     cfg.envs,
                     cfg.seed,
                     cfg.max_steps_per_epoch,
+                    arena.market().session(),
                 )
                 .map_err(|e| fail(e, &prog))?;
-                self.epochs(engine, prog, &arena, &splits, t_init, budget)
+                self.epochs(engine, prog, start.best, &arena, &splits, t_init, budget)
             }
             #[cfg(not(feature = "cuda"))]
             DeviceRun::Gpu(g) => match *g {},
@@ -465,6 +492,15 @@ impl WindowCtx<'_> {
             } else {
                 None
             };
+            // The best epoch's checkpoint was written with the state that names it.
+            let best = match prog.best_epoch {
+                Some(e) => Some(Best {
+                    epoch: e,
+                    agent: checkpoint::load::<B>(&self.dir.best(e), &dqn, device)?.snapshot(),
+                    written: true,
+                }),
+                None => None,
+            };
             tracing::info!(
                 "window {}: resuming after epoch {}",
                 self.w.index,
@@ -474,6 +510,7 @@ impl WindowCtx<'_> {
                 agent,
                 replay,
                 prog,
+                best,
             });
         }
         let replay =
@@ -482,14 +519,17 @@ impl WindowCtx<'_> {
             agent: DqnAgent::<B>::new(dqn, device)?,
             replay,
             prog: Progress::default(),
+            best: None,
         })
     }
 
     /// The window's epochs on `engine`, then the test of the best one.
+    #[allow(clippy::too_many_arguments)]
     fn epochs<E: Engine>(
         &self,
         mut engine: E,
         mut prog: Progress,
+        mut best: Option<Best>,
         arena: &HostArena<'_>,
         splits: &Splits,
         t_init: Instant,
@@ -501,6 +541,11 @@ impl WindowCtx<'_> {
         let timing = engine.timing();
         let mut clock = PhaseClock::new(timing.sync, timing.marks);
         let learning_starts = cfg.learning_starts.max(cfg.dqn.batch_size);
+        let data = EvalData {
+            market: arena.market(),
+            exec: &self.exec,
+            env: &cfg.env,
+        };
         let first_epoch = prog.epochs_done;
         self.bars.window_started(w.index, first_epoch);
         for epoch in first_epoch..cfg.epochs {
@@ -508,8 +553,7 @@ impl WindowCtx<'_> {
             if epoch == first_epoch {
                 clock.charge(Phase::Init, init_ms);
             }
-            let ep = clock.time(Phase::Init, || arena.epoch(epoch));
-            let market = ep.arena().market();
+            let _loan = clock.time(Phase::Init, || arena.epoch(epoch));
             engine
                 .begin_epoch(epoch_seed(cfg.seed, w.index, epoch))
                 .map_err(|e| fail(e, &prog))?;
@@ -535,16 +579,22 @@ impl WindowCtx<'_> {
                 .map_err(|e| fail(e, &prog))?;
             let val_report = clock
                 .time(Phase::Eval, || -> Result<_, TrainError> {
-                    let agent = engine.agent();
-                    let r = crate::eval::greedy_backtest(
-                        agent,
-                        market,
+                    let targets =
+                        engine.greedy_targets(Judged::Current, &data, splits.val.clone())?;
+                    let r = crate::eval::book(
+                        &targets,
+                        data.market,
                         &self.exec,
                         cfg,
                         splits.val.clone(),
                     )?;
                     if prog.best_val_pnl.is_none_or(|b| r.metrics.total_pnl > b) {
-                        checkpoint::save(agent, &self.dir.best(epoch))?;
+                        // Kept in memory; written outside the timed epoch.
+                        best = Some(Best {
+                            epoch,
+                            agent: engine.agent().snapshot(),
+                            written: false,
+                        });
                         prog.best_val_pnl = Some(r.metrics.total_pnl);
                         prog.best_epoch = Some(epoch);
                         prog.best_validation = Some(r.metrics.clone());
@@ -573,31 +623,35 @@ impl WindowCtx<'_> {
             let stop = *budget == Some(0) && epoch + 1 < cfg.epochs;
             let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
             if stop || (due && epoch + 1 < cfg.epochs) {
-                self.dir
-                    .save_progress(engine.agent(), engine.replay_bytes(), &prog)
+                // The best checkpoint first: the progress written after it names it.
+                self.write_best(&engine, best.as_mut())
+                    .and_then(|()| {
+                        self.dir
+                            .save_progress(engine.agent(), engine.replay_bytes(), &prog)
+                    })
                     .map_err(|e| fail(e, &prog))?;
             }
             if stop {
                 return Err(fail(TrainError::Stopped { epochs: 0 }, &prog));
             }
         }
-        // The best epoch's weights, judged once on the test split beside the baselines.
-        let best = prog.best_epoch.expect("at least one epoch ran");
+        // The best epoch's agent, judged once on the test split beside the baselines.
+        let mut best = best.expect("at least one epoch ran");
         let tested = (|| -> Result<_, TrainError> {
-            let agent = checkpoint::load::<E::B>(
-                &self.dir.best(best),
-                engine.agent().config(),
-                engine.agent().device(),
-            )?;
-            crate::eval::test_with_baselines(
-                &agent,
-                arena.market(),
+            let targets =
+                engine.greedy_targets(Judged::Kept(&best.agent), &data, splits.test.clone())?;
+            let tested = crate::eval::test_with_baselines(
+                &targets,
+                data.market,
                 &self.exec,
                 cfg,
                 splits.test.clone(),
-            )
+            )?;
+            self.write_best(&engine, Some(&mut best))?;
+            Ok(tested)
         })()
         .map_err(|e| fail(e, &prog))?;
+        let best = best.epoch;
         let report = WindowReport {
             index: w.index,
             train: w.train.clone(),
@@ -625,6 +679,21 @@ impl WindowCtx<'_> {
             curves,
             phases: prog.phases,
         })
+    }
+}
+
+impl WindowCtx<'_> {
+    /// Writes the best epoch's checkpoint (`best-epoch-E.ckpt`) unless it is written already.
+    fn write_best<E: Engine>(&self, engine: &E, best: Option<&mut Best>) -> Result<(), TrainError> {
+        let Some(b) = best.filter(|b| !b.written) else {
+            return Ok(());
+        };
+        let a = engine.agent();
+        let agent = DqnAgent::<E::B>::restore(a.config().clone(), a.device(), &b.agent)?;
+        self.dir.create()?;
+        checkpoint::save(&agent, &self.dir.best(b.epoch))?;
+        b.written = true;
+        Ok(())
     }
 }
 

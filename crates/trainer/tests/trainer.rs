@@ -261,3 +261,164 @@ fn without_the_cuda_feature_asking_for_cuda_says_so() {
         foxhunt_trainer::Resolved::Cpu
     );
 }
+
+/// On a GPU: the device's greedy evaluation decides exactly what the host decides at every bar
+/// (and so books the same metrics), for untrained, trained, layer-norm + dueling and near-tie
+/// networks, under several environment settings and costs, on the bundled real bars.
+#[cfg(feature = "cuda")]
+#[test]
+fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
+    use foxhunt_dqn::fused::layout_words;
+    use foxhunt_dqn::replay::{Replay, Transition};
+    use foxhunt_dqn::{AgentConfig, Batch, CpuBackend, DqnAgent, DqnConfig};
+    use foxhunt_env::{Costs, EnvConfig, Execution};
+    use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, WindowData};
+    use foxhunt_trainer::eval::{BarByBar, book, host_targets};
+    if !foxhunt_testkit::gpu_tests() {
+        return;
+    }
+    let ctx = foxhunt_gpu::GpuContext::new(0).expect("a GPU");
+    let market = foxhunt_testkit::es_market(foxhunt_testkit::es_real_rows());
+    let n = market.rows();
+    let spec = SpecTable::default().get("ES").expect("ES").clone();
+    let train = |cfg: &AgentConfig, updates: usize| {
+        let dev = Default::default();
+        let mut a = DqnAgent::<CpuBackend>::new(cfg.clone(), &dev).expect("valid");
+        let mut r = Replay::new(256, 3, None);
+        for k in 0..256u32 {
+            let x = |j: u32| ((k * 37 + j * 11) % 89) as f32 / 44.5 - 1.0;
+            r.push(Transition {
+                obs: (0..cfg.obs_dim as u32).map(x).collect(),
+                action: (k % cfg.actions as u32) as u8,
+                ret: x(5),
+                next_obs: (0..cfg.obs_dim as u32).map(|j| x(j + 1)).collect(),
+                discount: 0.9,
+            });
+        }
+        for u in 0..updates {
+            a.learn(Batch::from_host(&r.sample(32, u as u64), cfg.obs_dim, &dev));
+        }
+        a
+    };
+    let mut compared = 0;
+    for (env, costs) in [
+        (EnvConfig::default(), Costs::default()),
+        (
+            EnvConfig {
+                lookback: 3,
+                max_position: 2,
+                episode_steps: 50,
+                ..EnvConfig::default()
+            },
+            Costs {
+                commission: 0.0,
+                slippage_ticks: 0.0,
+            },
+        ),
+        (
+            EnvConfig {
+                upnl_scale: 7.0,
+                ..EnvConfig::default()
+            },
+            Costs {
+                commission: 4.0,
+                slippage_ticks: 2.0,
+            },
+        ),
+    ] {
+        let exec = Execution::new(&spec, costs);
+        let cfg = TrainConfig {
+            env: env.clone(),
+            costs,
+            ..TrainConfig::default()
+        };
+        let mut pool = DevicePool::new(&ctx);
+        let arena = pool
+            .window(&WindowData {
+                market: market.clone(),
+                exec,
+            })
+            .expect("upload");
+        let mut ev = DeviceEvaluator::new(&arena, &env, market.session()).expect("evaluator");
+        let shape =
+            |dqn: DqnConfig| AgentConfig::new(env.obs_dim(market.cols()), env.actions(), 5, dqn);
+        let small = DqnConfig {
+            hidden: vec![64, 32],
+            ..DqnConfig::default()
+        };
+        let normed = DqnConfig {
+            hidden: vec![48],
+            layer_norm: true,
+            dueling: true,
+            ..DqnConfig::default()
+        };
+        let mut nets = vec![
+            (
+                "untrained",
+                shape(small.clone()),
+                train(&shape(small.clone()), 0).export_state().online,
+            ),
+            (
+                "trained",
+                shape(small.clone()),
+                train(&shape(small.clone()), 60).export_state().online,
+            ),
+            (
+                "norm + dueling",
+                shape(normed.clone()),
+                train(&shape(normed), 60).export_state().online,
+            ),
+        ];
+        // Near ties: a head whose outputs are all but equal.
+        let mut tied = train(&shape(small.clone()), 20).export_state().online;
+        let head = tied.len() - (32 + 1) * env.actions();
+        for v in &mut tied[head..] {
+            *v *= 1e-6;
+        }
+        nets.push(("near ties", shape(small), tied));
+        for (name, agent_cfg, params) in nets {
+            let (words, max_width) = layout_words(&agent_cfg);
+            let layout = ctx.upload(&words).expect("layout");
+            let on_device = ctx.upload(&params).expect("params");
+            let net = NetOnDevice {
+                params: &on_device,
+                layout: &layout,
+                obs_dim: agent_cfg.obs_dim,
+                max_width,
+            };
+            let host_net = foxhunt_dqn::model::HostQNetwork::from_flat(&agent_cfg, &params);
+            for split in [0..n / 3, n / 3..n, 17..n - 5] {
+                let want = host_targets(&host_net, &market, &exec, &env, split.clone());
+                let got = ev.targets(&net, split.clone()).expect("device decisions");
+                let first_diff = want.iter().zip(&got).position(|(a, b)| a != b);
+                assert_eq!(
+                    first_diff, None,
+                    "{name} {split:?} {env:?}: device and host differ"
+                );
+                assert_eq!(got.len(), split.len());
+                // And both are the bar-by-bar backtest's decisions and metrics.
+                let mut old = BarByBar::new(host_net.clone(), &env);
+                let reference = foxhunt_env::backtest(
+                    &market,
+                    &exec,
+                    &env,
+                    split.clone(),
+                    cfg.capital,
+                    &mut old,
+                )
+                .expect("bar by bar");
+                assert!(
+                    old.decided
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, &b)| *a == i32::from(b))
+                );
+                let booked = book(&got, &market, &exec, &cfg, split.clone()).expect("booked");
+                assert_eq!(booked.metrics, reference.metrics, "{name}: metrics");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 36);
+    eprintln!("device greedy evaluation equals the host's in {compared} cases");
+}

@@ -12,13 +12,16 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use foxhunt_dqn::fused::FusedDqn;
+use foxhunt_dqn::fused::{FusedDqn, device_eval_unsupported, layout_words};
 use foxhunt_dqn::{CpuBackend, DqnAgent, UpdateStats};
 use foxhunt_env::EnvConfig;
 use foxhunt_gpu::{DeviceBatch, DeviceBuffer, EventMarks, GpuContext};
-use foxhunt_memory::{DevicePool, DeviceReplay, GpuArena, GpuVecEnv, SampleSpec};
+use foxhunt_memory::{
+    DeviceEvaluator, DevicePool, DeviceReplay, GpuArena, GpuVecEnv, NetOnDevice, SampleSpec,
+    unsupported_env,
+};
 
-use super::{Engine, Timing};
+use super::{Engine, EvalData, Judged, Timing};
 use crate::TrainError;
 use crate::phase::DeviceMarks;
 
@@ -49,11 +52,24 @@ pub(crate) struct DeviceEngine<'a, 'p> {
     split: Range<usize>,
     n_env: usize,
     explore_seed: u64,
+    /// Greedy evaluation on the device, where it can decide exactly as the host.
+    eval: Option<DeviceEval<'a>>,
+}
+
+/// The device's greedy evaluation: the evaluator, the network's layout words, and a buffer for
+/// a kept agent's parameters.
+struct DeviceEval<'a> {
+    evaluator: DeviceEvaluator<'a>,
+    layout: DeviceBuffer<u64>,
+    max_width: usize,
+    kept: DeviceBuffer<f32>,
 }
 
 impl<'a, 'p> DeviceEngine<'a, 'p> {
     /// An engine over `arena` starting from `agent`'s state (one upload); `max_updates` is the
-    /// most updates an epoch makes (their statistics stay on the device until it ends).
+    /// most updates an epoch makes (their statistics stay on the device until it ends);
+    /// `session` is the window's session index per row.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         arena: &'a GpuArena<'p>,
         agent: DqnAgent<CpuBackend>,
@@ -62,9 +78,27 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
         n_env: usize,
         explore_seed: u64,
         max_updates: usize,
+        session: &[u32],
     ) -> Result<Self, TrainError> {
         let ctx = arena.context().clone();
         let dqn = agent.config().clone();
+        let eval = match device_eval_unsupported(&dqn).or_else(|| unsupported_env(env)) {
+            Some(why) => {
+                tracing::info!(
+                    "greedy evaluation on the host: the device cannot decide exactly as the host with {why}"
+                );
+                None
+            }
+            None => {
+                let (words, max_width) = layout_words(&dqn);
+                Some(DeviceEval {
+                    evaluator: DeviceEvaluator::new(arena, env, session)?,
+                    layout: ctx.upload(&words)?,
+                    max_width,
+                    kept: ctx.alloc(agent.num_params())?,
+                })
+            }
+        };
         let rows = (dqn.replay_capacity / n_env).max(dqn.n_step + 2);
         let ring = DeviceReplay::new(&ctx, n_env, rows)?;
         let batch = DeviceBatch::new(&ctx, dqn.batch_size, dqn.obs_dim)?;
@@ -81,6 +115,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
             split,
             n_env,
             explore_seed,
+            eval,
         })
     }
 }
@@ -161,6 +196,32 @@ impl Engine for DeviceEngine<'_, '_> {
 
     fn uploaded_bytes(&self) -> u64 {
         self.arena.uploaded_bytes()
+    }
+
+    fn greedy_targets(
+        &mut self,
+        which: Judged<'_>,
+        data: &EvalData<'_>,
+        split: Range<usize>,
+    ) -> Result<Vec<i8>, TrainError> {
+        let Some(e) = self.eval.as_mut() else {
+            // Not exact on the device for this network or environment: the host decides.
+            return super::host_greedy_targets(self, which, data, split);
+        };
+        let params = match which {
+            Judged::Current => self.fused.online_params(),
+            Judged::Kept(s) => {
+                self.arena.context().write(&mut e.kept, &s.state.online)?;
+                &e.kept
+            }
+        };
+        let net = NetOnDevice {
+            params,
+            layout: &e.layout,
+            obs_dim: self.agent.config().obs_dim,
+            max_width: e.max_width,
+        };
+        Ok(e.evaluator.targets(&net, split)?)
     }
 
     fn timing(&self) -> Timing {

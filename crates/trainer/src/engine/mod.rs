@@ -12,11 +12,34 @@
 pub(crate) mod device;
 pub(crate) mod host;
 
+use std::ops::Range;
+
 use burn::tensor::backend::AutodiffBackend;
-use foxhunt_dqn::{DqnAgent, UpdateStats};
+use foxhunt_dqn::model::HostQNetwork;
+use foxhunt_dqn::{DqnAgent, Snapshot, UpdateStats};
+use foxhunt_env::{EnvConfig, Execution, MarketData};
 
 use crate::TrainError;
 use crate::phase::DeviceMarks;
+
+/// Which network a greedy evaluation decides with.
+#[derive(Clone, Copy)]
+pub(crate) enum Judged<'a> {
+    /// The online network as of the last finished epoch (validation).
+    Current,
+    /// A kept agent (the best epoch's, for the test).
+    Kept(&'a Snapshot),
+}
+
+/// A window's market rows and terms, and the environment, for a greedy evaluation.
+pub(crate) struct EvalData<'a> {
+    /// The window's rows (host copy).
+    pub market: &'a MarketData,
+    /// Contract terms and costs.
+    pub exec: &'a Execution,
+    /// The environment.
+    pub env: &'a EnvConfig,
+}
 
 /// One training engine over one window.
 pub(crate) trait Engine {
@@ -51,6 +74,19 @@ pub(crate) trait Engine {
     /// engine then resumes with an empty replay.
     fn replay_bytes(&self) -> Option<Vec<u8>>;
 
+    /// The greedy policy's decision at every bar of `split` (`targets[t - split.start]`), for
+    /// the network `which`: exactly the decisions of a bar-by-bar backtest. On the host by
+    /// default (foxhunt-trainer's `eval`); an engine with the network on a device may decide
+    /// there.
+    fn greedy_targets(
+        &mut self,
+        which: Judged<'_>,
+        data: &EvalData<'_>,
+        split: Range<usize>,
+    ) -> Result<Vec<i8>, TrainError> {
+        host_greedy_targets(self, which, data, split)
+    }
+
     /// Bytes of window data the engine uploaded when it was made (its own arena).
     fn uploaded_bytes(&self) -> u64 {
         0
@@ -59,6 +95,26 @@ pub(crate) trait Engine {
     /// How phase boundaries wait for the engine's device, and, where it has them, device
     /// timestamps for the step loop's phases.
     fn timing(&self) -> Timing;
+}
+
+/// [`Engine::greedy_targets`] on the host, from the engine's agent.
+pub(crate) fn host_greedy_targets<E: Engine + ?Sized>(
+    engine: &E,
+    which: Judged<'_>,
+    data: &EvalData<'_>,
+    split: Range<usize>,
+) -> Result<Vec<i8>, TrainError> {
+    let net = match which {
+        Judged::Current => engine.agent().online_net().to_host(),
+        Judged::Kept(s) => HostQNetwork::from_flat(engine.agent().config(), &s.state.online),
+    };
+    Ok(crate::eval::host_targets(
+        &net,
+        data.market,
+        data.exec,
+        data.env,
+        split,
+    ))
 }
 
 /// Made by [`Engine::timing`] for a window's phase clock.
