@@ -510,15 +510,15 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
         &train.windows.config()?.expect("profile windows"),
     )?;
     println!(
-        "{:<7} {:>6} {:>9} {:>7} {:>9} {:>7} {:>14} {:>12} {:>12} {:>14}",
+        "{:<7} {:>6} {:>9} {:>7} {:>7} {:>14} {:>12} {:>12} {:>12} {:>14}",
         "window",
         "bars",
         "agent",
         "in pos",
         "trades",
-        "",
         "bar by bar us",
         "host us",
+        "booking us",
         "device us",
         "device+book us"
     );
@@ -586,6 +586,10 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
             );
             let in_position =
                 decided.iter().filter(|&&t| t != 0).count() as f64 / decided.len() as f64;
+            let targets: Vec<i8> = decided.iter().map(|&t| t as i8).collect();
+            let book_us = time(&mut || {
+                book(&targets, &market, &exec, &cfg, split.clone()).expect("book");
+            });
             let (dev_us, dev_book_us) = if device == "cuda" {
                 device_eval(
                     &market,
@@ -602,17 +606,16 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
                 (f64::NAN, f64::NAN)
             };
             println!(
-                "{:<7} {:>6} {name:>9} {:>6.1}% {:>9} {:>7} {old_us:>14.1} {host_us:>12.1} {dev_us:>12.1} {dev_book_us:>14.1}",
+                "{:<7} {:>6} {name:>9} {:>6.1}% {:>7} {old_us:>14.1} {host_us:>12.1} {book_us:>12.1} {dev_us:>12.1} {dev_book_us:>14.1}",
                 w.index,
                 split.len(),
                 in_position * 100.0,
                 want.metrics.trades,
-                "",
             );
         }
     }
     println!(
-        "bar by bar: one forward per bar inside the backtest (before); host: sessions on {} threads, 8 bars per forward pass, then the backtest's booking; device: the decisions on the GPU (eval_flat + eval_scan, read back), and with the host's booking",
+        "bar by bar: one forward per bar inside the backtest (before); host: decisions with sessions on {} threads, up to 16 bars per forward pass, then the backtest's booking of them; booking: that booking alone; device: the decisions on the GPU (eval_flat + eval_scan, read back), and with the host's booking",
         rayon::current_num_threads()
     );
     Ok(())

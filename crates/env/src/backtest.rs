@@ -163,8 +163,11 @@ pub fn backtest(
     let limit = i32::from(cfg.max_position);
     let (mut t, mut position, mut entry) = (split.start, 0i32, 0.0f64);
     let mut equity_now = 0.0;
-    let mut equity = vec![(m.ts()[t], 0.0)];
-    let mut daily: Vec<f64> = vec![0.0];
+    // At most one point per bar and one day per bar: no growth in the loop.
+    let mut equity = Vec::with_capacity(split.len() + 1);
+    equity.push((m.ts()[t], 0.0));
+    let mut daily: Vec<f64> = Vec::with_capacity(split.len());
+    daily.push(0.0);
     let mut day_session = m.session()[t];
     let (mut trades, mut trade_pnl, mut trade_bars) = (Vec::new(), 0.0, 0usize);
     let (mut contracts, mut costs) = (0u64, 0.0);

@@ -161,7 +161,7 @@ __device__ void obs_row(const Market& m, u32 lookback, int max_position, float u
 
 // Flat decisions of bars [split_start, split_end): flat_target[t - split_start]. One block per
 // rows_per_round bars.
-extern "C" __global__ void eval_flat(EVAL_PARAMS, u32 split_start, u32 split_end,
+extern "C" __global__ void __launch_bounds__(1024) eval_flat(EVAL_PARAMS, u32 split_start, u32 split_end,
                                      signed char* flat_target) {
     extern __shared__ float sh[];
     Market m = {features, open, close, session, contract, cols};
@@ -186,13 +186,16 @@ extern "C" __global__ void eval_flat(EVAL_PARAMS, u32 split_start, u32 split_end
 }
 
 // The decisions of every bar of each session: session s is bars [sess_start[s], sess_end[s]).
-// One block per session; targets[t - split_start].
-extern "C" __global__ void eval_scan(EVAL_PARAMS, u32 split_start, u32 split_end,
+// One block per session; targets[t - split_start]. Within a session (flatten-at-close), a bar is
+// the session's last, and so terminal, exactly when it is the run's last, so the walk needs the
+// market only for a trade's fill; a flat bar whose flat decision is 0 changes nothing, so flat
+// stretches are skipped by the block at once.
+extern "C" __global__ void __launch_bounds__(1024) eval_scan(EVAL_PARAMS, u32 split_start, u32 split_end,
                                      double multiplier, double cost_per_side, double slippage_price,
                                      const u32* sess_start, const u32* sess_end, u32 n_sessions,
                                      const signed char* flat_target, signed char* targets) {
     extern __shared__ float sh[];
-    __shared__ u32 s_t, s_rows;
+    __shared__ u32 s_t, s_rows, s_next;
     __shared__ int s_pos;
     __shared__ double s_entry;
     u32 s = blockIdx.x;
@@ -208,23 +211,41 @@ extern "C" __global__ void eval_scan(EVAL_PARAMS, u32 split_start, u32 split_end
     float* stat = b + (u64)R * max_width;
     int* act = (int*)(stat + 2 * R);
     u32 end = sess_end[s];
+    // Flat decisions are the targets wherever the walk is flat; the walk overwrites the rest.
+    for (u32 t = sess_start[s] + threadIdx.x; t < end; t += blockDim.x)
+        targets[t - split_start] = flat_target[t - split_start];
     if (threadIdx.x == 0) { s_t = sess_start[s]; s_pos = 0; s_entry = 0.0; }
     __syncthreads();
     while (true) {
-        if (threadIdx.x == 0) {
-            // Flat: the decisions are eval_flat's, until one trades or the session ends.
-            u32 t = s_t;
-            while (s_pos == 0 && t < end) {
-                int target = flat_target[t - split_start];
-                targets[t - split_start] = (signed char)target;
-                Trans tr = transition(m, xc, t, split_end, 1, 0, target);
-                s_entry = next_entry(0.0, 0, tr);
-                s_pos = tr.position;
-                t = tr.terminal ? end : tr.next_t;
+        // Flat: the first bar from s_t whose flat decision trades (or the end), found by the
+        // block; every flat bar before it keeps the trader flat.
+        if (s_pos == 0) {
+            if (threadIdx.x == 0) s_next = end;
+            __syncthreads();
+            for (u32 base = s_t; base < end; base += blockDim.x) {
+                u32 t = base + threadIdx.x;
+                if (t < end && flat_target[t - split_start] != 0) atomicMin(&s_next, t);
+                __syncthreads();
+                if (s_next < end) break;
             }
-            s_t = t;
-            s_rows = t < end ? min(R, end - t) : 0;
+            if (threadIdx.x == 0) {
+                u32 t = s_next;
+                if (t < end) {
+                    int target = flat_target[t - split_start];
+                    if (t + 1 == end) {
+                        t = end;  // the session's last bar: closed at once, nothing held
+                    } else {
+                        Trans tr = transition(m, xc, t, split_end, 1, 0, target);
+                        s_entry = next_entry(0.0, 0, tr);
+                        s_pos = tr.position;
+                        t = tr.next_t;
+                    }
+                }
+                s_t = t;
+            }
+            __syncthreads();
         }
+        if (threadIdx.x == 0) s_rows = s_t < end ? min(R, end - s_t) : 0;
         __syncthreads();
         u32 t0 = s_t, rows = s_rows;
         if (rows == 0) break;
@@ -241,14 +262,13 @@ extern "C" __global__ void eval_scan(EVAL_PARAMS, u32 split_start, u32 split_end
             for (u32 r = 0; r < rows; ++r) {
                 int target = action_target(act[r], max_position);
                 targets[t - split_start] = (signed char)target;
+                if (t + 1 == end) { t = end; pos = 0; entry = 0.0; break; }
+                if (target == pos) { t += 1; continue; }  // held: nothing changes
                 Trans tr = transition(m, xc, t, split_end, 1, pos, target);
                 entry = next_entry(entry, pos, tr);
-                int held = pos;
                 pos = tr.position;
-                if (tr.terminal) { t = end; break; }
                 t = tr.next_t;
-                // A trade leaves the state the later rows were decided in.
-                if (target != held) break;
+                break;  // a trade leaves the state the later rows were decided in
             }
             s_t = t; s_pos = pos; s_entry = entry;
         }

@@ -33,9 +33,9 @@ pub fn unsupported_env(env: &EnvConfig) -> Option<String> {
 }
 
 /// Bars decided per round of the walk (and per block of the flat pass).
-const ROWS: usize = 8;
+const ROWS: usize = 16;
 /// Threads per block.
-const THREADS: u32 = 256;
+const THREADS: u32 = 1024;
 /// Dynamic shared memory a block may use without opting in to more.
 const SHARED_LIMIT: usize = 48 * 1024;
 
