@@ -164,7 +164,9 @@ pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
 
 /// `cargo xtask bench dqn`: microseconds per DQN train_step (32 -> 128 -> 128 -> 3, Adam,
 /// double DQN, Huber, grad clip) at batch 64 and 1024, on the CPU (NdArray) or burn-cuda.
-pub fn dqn(device: &str, updates: usize) -> Result<()> {
+pub fn dqn(root: &Path, device: &str, updates: usize) -> Result<()> {
+    #[cfg(not(feature = "cuda"))]
+    let _ = root; // only the one-launch benchmark reads the bundled data
     match device {
         "cpu" => {
             dqn_on::<foxhunt_dqn::CpuBackend>(&Default::default(), "cpu (burn NdArray)", updates)
@@ -172,7 +174,8 @@ pub fn dqn(device: &str, updates: usize) -> Result<()> {
         #[cfg(feature = "cuda")]
         "cuda" => {
             dqn_on::<foxhunt_dqn::CudaBackend>(&Default::default(), "cuda (burn-cuda)", updates)?;
-            dqn_fused(updates)
+            dqn_fused(updates)?;
+            dqn_one_launch(root, updates)
         }
         other => anyhow::bail!(
             "--device {other}: this build knows cpu{}",
@@ -279,6 +282,7 @@ fn dqn_fused(updates: usize) -> Result<()> {
     use foxhunt_dqn::fused::FusedDqn;
     use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
     let ctx = foxhunt_gpu::GpuContext::new(0)?;
+    ctx.synchronize()?;
     println!("bench dqn: cuda (foxhunt fused engine), same shapes, {updates} timed updates");
     println!(
         "{:>9} {:>6} {:>14} {:>14} {:>14}",
@@ -345,6 +349,178 @@ fn dqn_fused(updates: usize) -> Result<()> {
             "{:>9} {batch:>6} {med:>14.1} {min:>14.1} {pipelined:>14.1}",
             "fused"
         );
+    }
+    Ok(())
+}
+
+/// The one-launch epoch kernel (foxhunt-memory's `EpochKernel`) on the same network, over the
+/// bundled ES bars (32-float observations): the replay ring filled by 64 environments, then
+/// launches of `updates` updates alone (each samples its batch from the ring, learns and updates
+/// the target), launches of `updates` whole steps (act, environment step, sample, update), and
+/// single-update launches synchronized each time. Microseconds per update or step; medians of 5
+/// launches.
+#[cfg(feature = "cuda")]
+fn dqn_one_launch(root: &Path, updates: usize) -> Result<()> {
+    use foxhunt_dqn::fused::{FusedDqn, TargetStep, update_terms};
+    use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
+    use foxhunt_gpu::{DeviceBatch, GpuContext};
+    use foxhunt_memory::{
+        DevicePool, DeviceReplay, EpochKernel, GpuVecEnv, LearnerBuffers, NetShape, PlannedStep,
+        TargetSync, WindowData,
+    };
+    let (m, env_cfg, exec) = bench_market(root)?;
+    let ctx = std::sync::Arc::new(GpuContext::new(0)?);
+    let mut pool = DevicePool::new(&ctx);
+    let arena = pool.window(&WindowData {
+        market: m.clone(),
+        exec,
+    })?;
+    let n_env = 64;
+    println!(
+        "bench dqn: cuda (one-launch epoch kernel), same network, ring of 64 environments over the bundled ES bars, launches of {updates} steps"
+    );
+    println!(
+        "{:>6} {:>7} {:>16} {:>16} {:>18}",
+        "batch", "blocks", "update us", "act+update us", "1-update launch us"
+    );
+    let mut breakdown = Vec::new();
+    for batch in [64usize, 1024, 4096] {
+        let cfg = AgentConfig {
+            dqn: DqnConfig {
+                batch_size: batch,
+                ..DqnConfig::default()
+            },
+            ..AgentConfig::default()
+        };
+        let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
+        let steps = updates.max(1);
+        let mut fused = FusedDqn::new(&ctx, &cfg, &agent.export_state(), 16 * steps + 64)?;
+        let shape = NetShape {
+            params: fused.num_params(),
+            obs_dim: cfg.obs_dim,
+            actions: cfg.actions,
+            hidden: cfg.hidden.clone(),
+        };
+        let mut kernel = EpochKernel::new(&ctx, shape, n_env, batch, steps.max(64))?;
+        let mut ring = DeviceReplay::new(&ctx, n_env, 4096 / n_env)?;
+        let mut db = DeviceBatch::new(&ctx, batch, cfg.obs_dim)?;
+        let mut env = GpuVecEnv::new(&arena, env_cfg.clone(), 0..m.rows(), n_env, 7)?;
+        env.reset()?;
+        let rule = foxhunt_trainer::learn_rule(&cfg, 2);
+        let step = |act: bool, learn: bool, done: u64| {
+            let t = update_terms(&cfg, done);
+            PlannedStep {
+                act,
+                epsilon: 0.1,
+                counter: done,
+                learn,
+                lr: t.lr,
+                eps_c2: t.eps_c2,
+                cf: t.cf,
+                sync: match t.target {
+                    TargetStep::Keep => TargetSync::None,
+                    TargetStep::Copy => TargetSync::Copy,
+                    TargetStep::Blend(_) => TargetSync::Blend,
+                },
+            }
+        };
+        let mut launch =
+            |kernel: &mut EpochKernel, plan: &[PlannedStep], fused: &mut FusedDqn| -> Result<()> {
+                let n = plan.iter().filter(|s| s.learn).count();
+                let lent = fused.lend_for_updates(n)?;
+                let first = lent.first_stat;
+                kernel.run(
+                    &ctx,
+                    &mut env,
+                    &mut ring,
+                    &mut db,
+                    LearnerBuffers {
+                        online: lent.online,
+                        target: lent.target,
+                        moment_1: lent.moment_1,
+                        moment_2: lent.moment_2,
+                        stats: lent.stats,
+                        layout: lent.layout,
+                    },
+                    &rule,
+                    plan,
+                    first,
+                )?;
+                Ok(())
+            };
+        // The ring filled (64 rows of 64 environments), then a warm-up launch.
+        let fill: Vec<_> = (0..64).map(|_| step(true, false, 0)).collect();
+        launch(&mut kernel, &fill, &mut fused)?;
+        let mut parts = Vec::new();
+        let mut timed = |kernel: &mut EpochKernel,
+                         act: bool,
+                         fused: &mut FusedDqn,
+                         reps: usize|
+         -> Result<f64> {
+            let mut us = Vec::new();
+            for rep in 0..reps {
+                let done = fused.updates();
+                let plan: Vec<_> = (0..steps)
+                    .map(|k| step(act, true, done + k as u64))
+                    .collect();
+                ctx.synchronize()?;
+                let t0 = Instant::now();
+                launch(kernel, &plan, fused)?;
+                ctx.synchronize()?;
+                us.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
+                fused.take_stats()?;
+                if rep + 1 == reps && reps > 1 {
+                    parts.push((act, kernel.step_times(&ctx, steps)?));
+                }
+            }
+            Ok(summarize(&mut us).0)
+        };
+        timed(&mut kernel, false, &mut fused, 1)?;
+        let update_us = timed(&mut kernel, false, &mut fused, 5)?;
+        let step_us = timed(&mut kernel, true, &mut fused, 5)?;
+        let mut single = Vec::new();
+        for _ in 0..steps.min(200) {
+            let plan = [step(false, true, fused.updates())];
+            ctx.synchronize()?;
+            let t0 = Instant::now();
+            launch(&mut kernel, &plan, &mut fused)?;
+            ctx.synchronize()?;
+            single.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        let stats = fused.take_stats()?;
+        anyhow::ensure!(
+            stats.iter().all(|r| r.first_non_finite().is_none()),
+            "non-finite statistics"
+        );
+        let (single_us, _) = summarize(&mut single);
+        println!(
+            "{batch:>6} {:>7} {update_us:>16.1} {step_us:>16.1} {single_us:>18.1}",
+            kernel.blocks()
+        );
+        breakdown.push((batch, parts));
+    }
+    println!(
+        "device timestamps, us per step (block 0): collect = act + env step + ring write + wait for every block; sample and forward: the block's first chunk; backward: its backward, then the block's other chunks"
+    );
+    println!(
+        "{:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "batch", "act", "collect", "sample", "forward", "backward", "reduce", "adam", "sync"
+    );
+    for (batch, parts) in breakdown {
+        for (act, t) in parts {
+            let us = |ms: f64| ms * 1e3 / updates.max(1) as f64;
+            println!(
+                "{batch:>6} {:>7} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                if act { "yes" } else { "no" },
+                us(t.collect),
+                us(t.sample),
+                us(t.forward),
+                us(t.backward),
+                us(t.reduce),
+                us(t.adam),
+                us(t.sync)
+            );
+        }
     }
     Ok(())
 }

@@ -184,7 +184,7 @@ fn main() -> Result<()> {
         } => bench::env(&root, envs, steps, reps),
         Command::Bench {
             what: Bench::Dqn { device, updates },
-        } => bench::dqn(&device, updates),
+        } => bench::dqn(&root, &device, updates),
         Command::Bench {
             what: Bench::Eval { device, reps },
         } => bench::eval(&root, &device, reps),

@@ -120,11 +120,12 @@ pub fn profile_train_args(args: &[String]) -> Result<TrainArgs> {
 }
 
 pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) -> Result<()> {
-    let out_dir = root.join("target/profile").join(
-        jiff::Timestamp::now()
+    let out_dir = foxhunt_fs::create_unique_dir(
+        &root.join("target/profile"),
+        &jiff::Timestamp::now()
             .strftime("run-%Y%m%d-%H%M%S")
             .to_string(),
-    );
+    )?;
     let args = profile_args(root, device, &out_dir, extra);
     let report = profile_train_args(&args)?.run(&out_dir)?;
     if report.phases.is_empty() {

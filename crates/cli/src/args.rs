@@ -7,7 +7,7 @@
 //! could not take effect (`--huber-delta` with the MSE loss, `--lr-end-factor` with a constant
 //! schedule, `--per-alpha` without prioritized replay) is an error, never ignored.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -19,10 +19,11 @@ use foxhunt_dqn::config::{
     Activation, Decay, Loss, LossKind, LrSchedule, LrScheduleKind, Prioritized, TargetUpdate,
 };
 use foxhunt_env::SessionRule;
-use foxhunt_trainer::{DeviceChoice, TrainConfig};
+use foxhunt_trainer::{DeviceChoice, StepLoop, TrainConfig};
 
-/// Where the data is and how to read it.
-#[derive(Debug, Clone, Args)]
+/// Where the data is and how to read it. Every field changes what is read, so all of them are
+/// recorded in a run's config.json (and `--resume` refuses a change).
+#[derive(Debug, Clone, Args, serde::Serialize)]
 pub struct LoaderArgs {
     /// Directory of data files (or one file).
     #[arg(long)]
@@ -183,6 +184,9 @@ pub struct TrainFlags {
     /// cpu, cuda or auto [default: auto].
     #[arg(long, value_enum)]
     pub device: Option<DeviceChoice>,
+    /// How the GPU runs an epoch's steps: eager or one-launch [default: eager].
+    #[arg(long, value_enum)]
+    pub step_loop: Option<StepLoop>,
     /// Epochs per window [default: 5].
     #[arg(long)]
     pub epochs: Option<usize>,
@@ -205,13 +209,13 @@ pub struct TrainFlags {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Capital that returns are stated on [default: 100000].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub capital: Option<f64>,
     /// Commission per contract per side [default: 2.5].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub commission: Option<f64>,
     /// Slippage per side in ticks [default: 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub slippage_ticks: Option<f64>,
     /// Largest position in contracts [default: 1].
     #[arg(long)]
@@ -223,10 +227,10 @@ pub struct TrainFlags {
     #[arg(long)]
     pub episode_steps: Option<u32>,
     /// Reward = PnL / reward scale [default: 100].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub reward_scale: Option<f64>,
     /// Reward penalty per contract held per step [default: 0].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub risk_penalty: Option<f64>,
     /// Hold positions across sessions instead of flattening at each close.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
@@ -250,38 +254,38 @@ pub struct TrainFlags {
     #[arg(long)]
     pub n_step: Option<usize>,
     /// Discount [default: 0.99].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gamma: Option<f64>,
     /// Loss [default: huber].
     #[arg(long, value_enum)]
     pub loss: Option<LossKind>,
     /// Huber delta [default: 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub huber_delta: Option<f32>,
     /// Gradient-norm clip (0: none) [default: 10].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub grad_clip: Option<f32>,
     /// Learning rate [default: 0.001].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// Adam beta1 [default: 0.9].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub beta1: Option<f32>,
     /// Adam beta2 [default: 0.999].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub beta2: Option<f32>,
     /// Adam epsilon [default: 1e-8].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub adam_eps: Option<f32>,
     /// Weight decay [default: 0].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f32>,
     /// Learning-rate schedule [default: constant].
     #[arg(long, value_enum)]
     pub lr_schedule: Option<LrScheduleKind>,
     /// Final learning rate as a fraction of --lr, for a linear or cosine schedule
     /// [default: 0.1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr_end_factor: Option<f64>,
     /// Updates over which a linear or cosine schedule decays [default: 100000].
     #[arg(long)]
@@ -290,13 +294,13 @@ pub struct TrainFlags {
     #[arg(long, conflicts_with = "tau")]
     pub target_update_every: Option<u64>,
     /// Soft (Polyak) target update with this tau.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub tau: Option<f32>,
     /// Exploration at the start [default: 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub eps_start: Option<f64>,
     /// Exploration at the end [default: 0.05].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub eps_end: Option<f64>,
     /// Environment steps over which exploration decays [default: 20000].
     #[arg(long)]
@@ -308,10 +312,10 @@ pub struct TrainFlags {
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub prioritized: Option<bool>,
     /// Prioritized replay alpha [default: 0.6].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub per_alpha: Option<f64>,
     /// Prioritized replay initial beta [default: 0.4].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub per_beta_start: Option<f64>,
     /// Replay capacity in transitions [default: 100000].
     #[arg(long)]
@@ -332,6 +336,7 @@ impl TrainFlags {
         }
         set! {
             device => c.device,
+            step_loop => c.step_loop,
             epochs => c.epochs,
             max_steps_per_epoch => c.max_steps_per_epoch,
             batch_size => c.dqn.batch_size,
@@ -374,7 +379,7 @@ impl TrainFlags {
             };
         }
         if let Some(g) = self.grad_clip {
-            c.dqn.grad_clip = (g > 0.0).then_some(g);
+            c.dqn.grad_clip = (g != 0.0).then_some(g);
         }
         c.dqn.loss = match (self.loss.unwrap_or(c.dqn.loss.kind()), c.dqn.loss) {
             (LossKind::Mse, _) if self.huber_delta.is_some() => {
@@ -484,26 +489,41 @@ impl TrainArgs {
         Ok(c)
     }
 
-    /// The run directory: --out, or a new `runs/run-<UTC time>`. --resume needs --out.
+    /// The run directory: --out, or a new `runs/run-<UTC time>` (created here, which reserves
+    /// the name: `-2`, `-3`, ... follow when it is taken). --resume needs --out.
     pub fn out_dir(&self) -> Result<PathBuf> {
         match (&self.out, self.resume) {
             (Some(p), _) => Ok(p.clone()),
             (None, true) => bail!("--resume needs --out DIR, the run directory to continue"),
-            (None, false) => Ok(PathBuf::from("runs").join(
-                jiff::Timestamp::now()
+            (None, false) => Ok(foxhunt_fs::create_unique_dir(
+                Path::new("runs"),
+                &jiff::Timestamp::now()
                     .strftime("run-%Y%m%d-%H%M%S")
                     .to_string(),
-            )),
+            )?),
         }
+    }
+
+    /// What a run records of these options beside the contract spec (config.json): the data
+    /// source and how it is read, the windows and the training settings. Every option that
+    /// changes a result lands in one of the three (a test enumerates the options).
+    pub fn recorded(&self) -> Result<(serde_json::Value, WalkForwardConfig, TrainConfig)> {
+        let cfg = self.train_config()?;
+        let windows = self.windows.config()?.context(
+            "give the walk-forward windows, e.g. --train-months 3 --val-months 1 --test-months 1 --step-months 3",
+        )?;
+        let source = serde_json::json!({
+            "loader": self.loader,
+            "specs": self.specs,
+            "model": "dqn",
+        });
+        Ok((source, windows, cfg))
     }
 
     /// Loads the data, plans the windows and runs the job, writing the run directory `out`.
     /// Returns the report; the summary table is the caller's to print.
     pub fn run(&self, out: &std::path::Path) -> Result<foxhunt_trainer::RunReport> {
-        let cfg = self.train_config()?;
-        let windows = self.windows.config()?.context(
-            "give the walk-forward windows, e.g. --train-months 3 --val-months 1 --test-months 1 --step-months 3",
-        )?;
+        let (source, windows, cfg) = self.recorded()?;
         let dataset = self.loader.load()?;
         let specs = match &self.specs {
             Some(p) => foxhunt_env::SpecTable::with_overrides(p)?,
@@ -515,12 +535,7 @@ impl TrainArgs {
             spec: &spec,
             windows: &windows,
             cfg: &cfg,
-            source: serde_json::json!({
-                "data_dir": self.loader.data_dir,
-                "symbol": self.loader.symbol,
-                "adjustment": self.loader.adjustment,
-                "model": "dqn",
-            }),
+            source,
         };
         Ok(foxhunt_trainer::run(
             &job,
@@ -570,6 +585,178 @@ mod tests {
     fn refused(toml: Option<&str>, flags: &[&str], names: &str) {
         let e = format!("{:#}", settings(toml, flags).expect_err("refused"));
         assert!(e.contains(names), "{toml:?} {flags:?}: {e}");
+    }
+
+    /// Every option of `foxhunt train` either lands in what a run records (config.json:
+    /// source, windows, settings), so that `--resume` refuses a change, or is named here as one
+    /// that changes no result. A new option fails this test until it is one or the other.
+    #[test]
+    fn every_option_that_changes_a_result_is_recorded() {
+        use clap::CommandFactory;
+        let base = [
+            "t",
+            "--data-dir",
+            "d",
+            "--symbol",
+            "ES.FUT",
+            "--train-months",
+            "3",
+            "--val-months",
+            "1",
+            "--test-months",
+            "1",
+            "--step-months",
+            "1",
+        ];
+        let recorded = |extra: &[&str]| {
+            let mut argv = base.to_vec();
+            argv.extend(extra);
+            let args = Cli::try_parse_from(&argv)
+                .unwrap_or_else(|e| panic!("{extra:?}: {e}"))
+                .train;
+            let (source, windows, cfg) = args
+                .recorded()
+                .unwrap_or_else(|e| panic!("{extra:?}: {e:#}"));
+            serde_json::json!({"source": source, "windows": windows, "train": cfg})
+        };
+        // Options that change no result: where the run goes, how it is shown, when it stops,
+        // and --model (one value); --config's contents are recorded as the settings it sets.
+        let unrecorded = [
+            "out",
+            "resume",
+            "stop_after_epochs",
+            "no_progress",
+            "model",
+            "config",
+            "help",
+        ];
+        let changed: &[(&str, &[&str])] = &[
+            ("data_dir", &["--data-dir", "elsewhere"]),
+            ("symbol", &["--symbol", "NQ.FUT"]),
+            ("format", &["--format", "csv"]),
+            ("tz", &["--tz", "America/Chicago"]),
+            ("bar_time", &["--bar-time", "end"]),
+            ("bar_seconds", &["--bar-seconds", "300"]),
+            ("adjustment", &["--adjustment", "ratio"]),
+            ("specs", &["--specs", "specs.toml"]),
+            ("train_months", &["--train-months", "4"]),
+            ("train_weeks", &["!--train-months", "--train-weeks", "5"]),
+            ("train_days", &["!--train-months", "--train-days", "5"]),
+            ("val_months", &["--val-months", "2"]),
+            ("val_weeks", &["!--val-months", "--val-weeks", "2"]),
+            ("val_days", &["!--val-months", "--val-days", "2"]),
+            ("test_months", &["--test-months", "2"]),
+            ("test_weeks", &["!--test-months", "--test-weeks", "2"]),
+            ("test_days", &["!--test-months", "--test-days", "2"]),
+            ("step_months", &["--step-months", "2"]),
+            ("step_weeks", &["!--step-months", "--step-weeks", "2"]),
+            ("step_days", &["!--step-months", "--step-days", "2"]),
+            ("gap_days", &["--gap-days", "2"]),
+            ("anchored", &["--anchored"]),
+            ("min_bars", &["--min-bars", "7"]),
+            ("device", &["--device", "cpu"]),
+            ("step_loop", &["--step-loop", "one-launch"]),
+            ("epochs", &["--epochs", "2"]),
+            ("max_steps_per_epoch", &["--max-steps-per-epoch", "3"]),
+            ("batch_size", &["--batch-size", "3"]),
+            ("envs", &["--envs", "3"]),
+            ("learning_starts", &["--learning-starts", "3"]),
+            ("checkpoint_every", &["--checkpoint-every", "3"]),
+            ("seed", &["--seed", "3"]),
+            ("capital", &["--capital", "3"]),
+            ("commission", &["--commission", "3"]),
+            ("slippage_ticks", &["--slippage-ticks", "3"]),
+            ("max_position", &["--max-position", "3"]),
+            ("lookback", &["--lookback", "3"]),
+            ("episode_steps", &["--episode-steps", "3"]),
+            ("reward_scale", &["--reward-scale", "3"]),
+            ("risk_penalty", &["--risk-penalty", "3"]),
+            ("hold_overnight", &["--hold-overnight"]),
+            ("hidden", &["--hidden", "3"]),
+            ("activation", &["--activation", "tanh"]),
+            ("dueling", &["--dueling", "true"]),
+            ("layer_norm", &["--layer-norm", "true"]),
+            ("double", &["--double", "false"]),
+            ("n_step", &["--n-step", "2"]),
+            ("gamma", &["--gamma", "0.5"]),
+            ("loss", &["--loss", "mse"]),
+            ("huber_delta", &["--huber-delta", "3"]),
+            ("grad_clip", &["--grad-clip", "3"]),
+            ("lr", &["--lr", "0.5"]),
+            ("beta1", &["--beta1", "0.5"]),
+            ("beta2", &["--beta2", "0.5"]),
+            ("adam_eps", &["--adam-eps", "0.5"]),
+            ("weight_decay", &["--weight-decay", "0.5"]),
+            ("lr_schedule", &["--lr-schedule", "cosine"]),
+            (
+                "lr_end_factor",
+                &["--lr-schedule", "linear", "--lr-end-factor", "0.5"],
+            ),
+            (
+                "lr_decay_steps",
+                &["--lr-schedule", "linear", "--lr-decay-steps", "5"],
+            ),
+            ("target_update_every", &["--target-update-every", "5"]),
+            ("tau", &["--tau", "0.5"]),
+            ("eps_start", &["--eps-start", "0.5"]),
+            ("eps_end", &["--eps-end", "0.5"]),
+            ("eps_steps", &["--eps-steps", "5"]),
+            ("eps_decay", &["--eps-decay", "exponential"]),
+            ("prioritized", &["--prioritized"]),
+            ("per_alpha", &["--prioritized", "--per-alpha", "0.5"]),
+            (
+                "per_beta_start",
+                &["--prioritized", "--per-beta-start", "0.5"],
+            ),
+            ("replay_capacity", &["--replay-capacity", "500"]),
+            ("full_f32", &["--full-f32"]),
+        ];
+        let plain = recorded(&[]);
+        let cmd = Cli::command();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if unrecorded.contains(&id) {
+                continue;
+            }
+            let Some((_, extra)) = changed.iter().find(|(name, _)| *name == id) else {
+                panic!("--{id} is new: record it in config.json or name it as changing no result");
+            };
+            // A flag of the base given again replaces the base's; "!--flag" drops it alone.
+            let mut argv: Vec<&str> = base.to_vec();
+            for flag in extra
+                .iter()
+                .filter(|a| a.starts_with("--") || a.starts_with("!"))
+            {
+                let flag = flag.trim_start_matches('!');
+                if let Some(at) = argv.iter().position(|x| *x == flag) {
+                    argv.drain(at..at + 2);
+                }
+            }
+            argv.extend(extra.iter().filter(|a| !a.starts_with('!')));
+            let args = Cli::try_parse_from(&argv)
+                .unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+                .train;
+            let (source, windows, cfg) = args
+                .recorded()
+                .unwrap_or_else(|e| panic!("{argv:?}: {e:#}"));
+            let got = serde_json::json!({"source": source, "windows": windows, "train": cfg});
+            assert_ne!(
+                got, plain,
+                "--{id} ({argv:?}) is not recorded in config.json"
+            );
+        }
+        // The recorded JSON holds the loader's reading options by name.
+        let r = recorded(&[
+            "--tz",
+            "America/Chicago",
+            "--bar-time",
+            "end",
+            "--bar-seconds",
+            "300",
+        ]);
+        assert_eq!(r["source"]["loader"]["tz"], "America/Chicago");
+        assert_eq!(r["source"]["loader"]["bar_time"], "end");
+        assert_eq!(r["source"]["loader"]["bar_seconds"], 300);
     }
 
     #[test]

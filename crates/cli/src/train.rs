@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 use foxhunt::args::TrainArgs;
 use foxhunt_trainer::report::{RunReport, read_json, summary};
@@ -10,10 +10,41 @@ use foxhunt_trainer::report::{RunReport, read_json, summary};
 /// Runs `foxhunt train` and prints the summary table.
 pub fn train(args: &TrainArgs) -> Result<()> {
     let out = args.out_dir()?;
-    let report = args.run(&out)?;
+    let report = match args.run(&out) {
+        Ok(r) => r,
+        Err(e) => {
+            if args.out.is_none() {
+                remove_if_unused(&out);
+            }
+            return Err(e);
+        }
+    };
     println!("{}", summary(&report));
     println!("run directory: {}", out.display());
+    if !report.has_result() {
+        bail!(
+            "every window failed ({} of {}): there is no out-of-sample result; the reasons are \
+             in the summary above and in {}",
+            report.windows.len(),
+            report.windows.len(),
+            out.join("summary.txt").display()
+        );
+    }
     Ok(())
+}
+
+/// Removes a run directory this process named and created that holds nothing but its lock
+/// file: a run refused before it started leaves no empty folder behind.
+fn remove_if_unused(out: &std::path::Path) {
+    let only_lock = std::fs::read_dir(out).is_ok_and(|entries| {
+        entries
+            .filter_map(|e| e.ok())
+            .all(|e| e.file_name() == foxhunt_fs::LOCK_FILE)
+    });
+    if only_lock {
+        let _ = std::fs::remove_file(out.join(foxhunt_fs::LOCK_FILE));
+        let _ = std::fs::remove_dir(out);
+    }
 }
 
 /// `foxhunt report` options.

@@ -409,3 +409,183 @@ fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
         std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary")
     );
 }
+
+/// `foxhunt train` of a small CPU run on the bundled data into `out`, with `extra` flags; an
+/// extra `!--flag` takes the base's `--flag VALUE` out (clap refuses most flags given twice).
+fn train_small(out: &std::path::Path, extra: &[&str]) -> Output {
+    let out = out.display().to_string();
+    let mut args = vec![
+        "train",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--train-months",
+        "3",
+        "--val-months",
+        "1",
+        "--test-months",
+        "1",
+        "--step-months",
+        "1",
+        "--epochs",
+        "1",
+        "--max-steps-per-epoch",
+        "4",
+        "--envs",
+        "2",
+        "--hidden",
+        "8",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--out",
+        &out,
+    ];
+    for flag in extra.iter().filter_map(|a| a.strip_prefix('!')) {
+        let at = args
+            .iter()
+            .position(|a| *a == flag)
+            .expect("a flag of the base");
+        args.drain(at..at + 2);
+    }
+    args.extend(extra.iter().filter(|a| !a.starts_with('!')));
+    foxhunt(&args)
+}
+
+#[test]
+fn unusable_train_settings_are_refused_before_a_run_directory_exists() {
+    let scratch = Scratch::new("cli-settings");
+    for (i, (extra, names)) in [
+        (&["--beta1", "1"][..], "beta1 must be in [0, 1), got 1"),
+        (&["--adam-eps", "0"], "adam_eps must be in > 0, got 0"),
+        (&["--grad-clip", "-1"], "grad_clip must be in > 0"),
+        (
+            &["--huber-delta", "-2"],
+            "loss.delta (Huber) must be in > 0, got -2",
+        ),
+        (
+            &["--eps-start", "1.5"],
+            "epsilon.start must be in [0, 1], got 1.5",
+        ),
+        (
+            &["--lr-schedule", "linear", "--lr-end-factor", "-0.5"],
+            "lr_schedule.end_factor must be in [0, 1], got -0.5",
+        ),
+        (
+            &["--prioritized", "--per-alpha", "-1"],
+            "prioritized.alpha must be in [0, 1], got -1",
+        ),
+        (
+            &["--replay-capacity", "0"],
+            "batch_size in 1..=replay_capacity",
+        ),
+        (&["!--hidden", "--hidden", "100000,100000"], "network: 100"),
+        (&["--lookback", "1000000"], "lookback 1000000"),
+        (&["!--envs", "--envs", "1000000000"], "(envs)"),
+        (&["--gap-days", "100000000"], "beyond the calendar's range"),
+        (
+            &["!--train-months", "--train-months", "4294967295"],
+            "beyond the calendar's range",
+        ),
+        (
+            &["--min-bars", "100000000"],
+            "the walk-forward plan has no window to train",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out_dir = scratch.join(format!("run-{i}"));
+        let out = train_small(&out_dir, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(
+            err.contains(names),
+            "{extra:?}: expected {names:?} in {err}"
+        );
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+        assert!(!out_dir.exists(), "{extra:?} left a run directory behind");
+    }
+}
+
+#[test]
+fn a_run_whose_every_window_fails_exits_non_zero_with_its_reports_written() {
+    let scratch = Scratch::new("cli-failed");
+    let out_dir = scratch.join("run");
+    // A learning rate of 1e30 without clipping makes every window's loss non-finite.
+    let out = train_small(
+        &out_dir,
+        &[
+            "--lr",
+            "1e30",
+            "--grad-clip",
+            "0",
+            "--learning-starts",
+            "1",
+            "--batch-size",
+            "2",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("every window failed"), "{err}");
+    assert!(
+        stdout(&out).contains("FAILED: window 0"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(out_dir.join("summary.txt").is_file() && out_dir.join("report.json").is_file());
+}
+
+#[test]
+fn a_run_directory_is_new_empty_or_a_run_and_has_one_process_at_a_time() {
+    let scratch = Scratch::new("cli-rundir");
+    let run = |out: &std::path::Path, extra: &[&str]| train_small(out, extra);
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // A directory holding a user's files is refused and left exactly as it was.
+    let mine = scratch.join("mine");
+    std::fs::create_dir_all(&mine).expect("dir");
+    std::fs::write(mine.join("notes.txt"), "keep me").expect("write");
+    let out = run(&mine, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", err(&out));
+    assert!(
+        err(&out).contains("is not empty (it holds notes.txt)"),
+        "{}",
+        err(&out)
+    );
+    let left: Vec<_> = std::fs::read_dir(&mine)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("notes.txt")]);
+    assert_eq!(
+        std::fs::read_to_string(mine.join("notes.txt")).expect("read"),
+        "keep me"
+    );
+
+    // A directory another process works in (this test holds its lock): refused at once,
+    // naming the holder; nothing written.
+    let busy = scratch.join("busy");
+    std::fs::create_dir_all(&busy).expect("dir");
+    let lock = foxhunt_fs::lock_dir(&busy).expect("lock");
+    let out = run(&busy, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", err(&out));
+    assert!(
+        err(&out).contains(&format!(
+            "another process (pid {}) is using",
+            std::process::id()
+        )),
+        "{}",
+        err(&out)
+    );
+    assert!(!busy.join("config.json").exists());
+    drop(lock);
+
+    // --resume where there is no run.
+    let out = run(&scratch.join("none"), &["--resume"]);
+    assert_eq!(out.status.code(), Some(1), "{}", err(&out));
+    assert!(err(&out).contains("holds no foxhunt run"), "{}", err(&out));
+    assert!(!scratch.join("none").exists());
+}

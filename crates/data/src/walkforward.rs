@@ -27,12 +27,25 @@ impl Period {
         matches!(self, Period::Days(0) | Period::Weeks(0) | Period::Months(0))
     }
 
-    fn span(self, times: u32) -> Span {
-        match self {
-            Period::Days(n) => Span::new().days(i64::from(n * times)),
-            Period::Weeks(n) => Span::new().weeks(i64::from(n * times)),
-            Period::Months(n) => Span::new().months(i64::from(n * times)),
-        }
+    /// `times` periods as a span, or an error where that is beyond the calendar's range (a
+    /// user can type periods of billions of months).
+    fn span(self, times: u32) -> Result<Span> {
+        let (n, unit) = match self {
+            Period::Days(n) => (n, "days"),
+            Period::Weeks(n) => (n, "weeks"),
+            Period::Months(n) => (n, "months"),
+        };
+        let count = i64::from(n) * i64::from(times);
+        let span = match self {
+            Period::Days(_) => Span::new().try_days(count),
+            Period::Weeks(_) => Span::new().try_weeks(count),
+            Period::Months(_) => Span::new().try_months(count),
+        };
+        span.map_err(|_| {
+            DataError::InvalidOption(format!(
+                "walk-forward period of {count} {unit} is beyond the calendar's range"
+            ))
+        })
     }
 }
 
@@ -165,8 +178,8 @@ pub fn plan(row_days: &[i32], cfg: &WalkForwardConfig) -> Result<Plan> {
         });
     };
     let origin = day_to_date(first);
-    let add = |d: Date, span: Span| -> Result<Date> {
-        d.checked_add(span)
+    let add = |d: Date, span: Result<Span>| -> Result<Date> {
+        d.checked_add(span?)
             .map_err(|e| DataError::InvalidOption(format!("walk-forward dates out of range: {e}")))
     };
     let rows_of = |a: Date, b: Date| {

@@ -1,9 +1,11 @@
 //! Checkpoints: online and target networks, optimizer state, counters and config in one file,
-//! written atomically (temporary file, then rename), refused under a different config.
+//! written atomically (temporary file, then rename), checksummed, refused under a different
+//! config.
 //!
-//! Layout: the magic `FOXHUNT-DQN2`, then four length-prefixed (u64 little-endian) parts: a JSON
+//! Layout: the magic `FOXHUNT-DQN3`, then four length-prefixed (u64 little-endian) parts: a JSON
 //! header (config, updates, env steps), and the online, target and optimizer records in burn's
-//! binary recorder format at full precision.
+//! binary recorder format at full precision; then foxhunt-fs's seal (a SHA-256 of all before
+//! it), checked on load: a damaged checkpoint is refused, never trained on.
 
 use std::path::Path;
 
@@ -18,9 +20,9 @@ use crate::agent::DqnAgent;
 use crate::config::AgentConfig;
 use crate::model::QNetwork;
 
-const MAGIC: &[u8; 12] = b"FOXHUNT-DQN2";
-/// The first format, whose header held the derived values among the settings.
-const MAGIC_V1: &[u8; 12] = b"FOXHUNT-DQN1";
+const MAGIC: &[u8; 12] = b"FOXHUNT-DQN3";
+/// Earlier formats: 1 held the derived values among the settings, 2 had no checksum.
+const OLD_MAGICS: [(&[u8; 12], u32); 2] = [(b"FOXHUNT-DQN1", 1), (b"FOXHUNT-DQN2", 2)];
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -66,7 +68,7 @@ pub fn save<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<(), 
         bytes.extend_from_slice(&(p.len() as u64).to_le_bytes());
         bytes.extend_from_slice(p);
     }
-    foxhunt_fs::write_atomic(path, &bytes)
+    foxhunt_fs::write_sealed(path, &bytes)
         .map_err(|e| err(path, format!("cannot {}: {}", e.what, e.source)))
 }
 
@@ -77,13 +79,17 @@ pub fn load<B: AutodiffBackend>(
     cfg: &AgentConfig,
     device: &B::Device,
 ) -> Result<DqnAgent<B>, DqnError> {
-    let bytes = std::fs::read(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
-    if bytes.starts_with(MAGIC_V1) {
+    let sealed = std::fs::read(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    if let Some((_, n)) = OLD_MAGICS.iter().find(|(m, _)| sealed.starts_with(*m)) {
         return Err(err(
             path,
-            "written by an earlier foxhunt (checkpoint format 1), which this version does not read",
+            format!(
+                "written by an earlier foxhunt (checkpoint format {n}), which this version does not read"
+            ),
         ));
     }
+    let bytes = foxhunt_fs::unseal(path, &sealed)
+        .map_err(|e| err(path, format!("cannot {}: {}", e.what, e.source)))?;
     let rest = bytes
         .strip_prefix(MAGIC.as_slice())
         .ok_or_else(|| err(path, "not a foxhunt DQN checkpoint (bad magic)"))?;

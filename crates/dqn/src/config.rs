@@ -338,6 +338,96 @@ impl DqnConfig {
         if let TargetUpdate::Hard { every: 0 } = self.target_update {
             return bad("hard target update period must be at least 1".into());
         }
+        // Ranges outside which a setting means nothing (docs/TRAINING.md lists them): the
+        // first value out of its range is named.
+        let f = f64::from;
+        let mut checks: Vec<(&str, f64, bool, &str)> = vec![
+            (
+                "beta1",
+                f(self.beta1),
+                (0.0..1.0).contains(&self.beta1),
+                "[0, 1)",
+            ),
+            (
+                "beta2",
+                f(self.beta2),
+                (0.0..1.0).contains(&self.beta2),
+                "[0, 1)",
+            ),
+            (
+                "adam_eps",
+                f(self.adam_eps),
+                self.adam_eps > 0.0 && self.adam_eps.is_finite(),
+                "> 0",
+            ),
+            (
+                "weight_decay",
+                f(self.weight_decay),
+                self.weight_decay >= 0.0 && self.weight_decay.is_finite(),
+                ">= 0",
+            ),
+            (
+                "epsilon.start",
+                self.epsilon.start,
+                (0.0..=1.0).contains(&self.epsilon.start),
+                "[0, 1]",
+            ),
+            (
+                "epsilon.end",
+                self.epsilon.end,
+                (0.0..=1.0).contains(&self.epsilon.end),
+                "[0, 1]",
+            ),
+        ];
+        if let Some(c) = self.grad_clip {
+            checks.push((
+                "grad_clip",
+                f(c),
+                c > 0.0 && c.is_finite(),
+                "> 0 (0 turns clipping off)",
+            ));
+        }
+        if let Loss::Huber { delta } = self.loss {
+            checks.push((
+                "loss.delta (Huber)",
+                f(delta),
+                delta > 0.0 && delta.is_finite(),
+                "> 0",
+            ));
+        }
+        if let Some((end, _)) = self.lr_schedule.decay() {
+            checks.push((
+                "lr_schedule.end_factor",
+                end,
+                (0.0..=1.0).contains(&end),
+                "[0, 1]",
+            ));
+        }
+        if let Some(p) = &self.prioritized {
+            checks.extend([
+                (
+                    "prioritized.alpha",
+                    p.alpha,
+                    (0.0..=1.0).contains(&p.alpha),
+                    "[0, 1]",
+                ),
+                (
+                    "prioritized.beta_start",
+                    p.beta_start,
+                    (0.0..=1.0).contains(&p.beta_start),
+                    "[0, 1]",
+                ),
+                (
+                    "prioritized.eps",
+                    p.eps,
+                    p.eps > 0.0 && p.eps.is_finite(),
+                    "> 0",
+                ),
+            ]);
+        }
+        if let Some((name, v, _, range)) = checks.into_iter().find(|c| !c.2) {
+            return bad(format!("{name} must be in {range}, got {v}"));
+        }
         Ok(())
     }
 

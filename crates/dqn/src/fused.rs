@@ -117,6 +117,78 @@ pub fn device_eval_unsupported(cfg: &AgentConfig) -> Option<String> {
     })
 }
 
+/// What the target network does after an update.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TargetStep {
+    /// Stays.
+    Keep,
+    /// Becomes a copy of the online network (hard updates, every K-th update).
+    Copy,
+    /// Moves toward the online network by the Polyak blend `tau` (soft updates, every update).
+    Blend(f32),
+}
+
+/// The numbers that change from one update to the next: the learning rate, burn's Adam bias
+/// corrections, and the target update that follows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpdateTerms {
+    /// Learning rate (the schedule at this update).
+    pub lr: f32,
+    /// Adam's `eps * sqrt(1 - beta2^t)`.
+    pub eps_c2: f32,
+    /// Adam's `sqrt(1 - beta2^t) / (1 - beta1^t)`.
+    pub cf: f32,
+    /// The target update after it.
+    pub target: TargetStep,
+}
+
+/// The terms of update number `done` (0 for the first) under `cfg`: burn's Adam at step
+/// `t = done + 1`, its bias corrections in f32 as burn computes them; the hard target copy after
+/// every `every`-th update. Every engine that updates on the device takes them from here.
+pub fn update_terms(cfg: &AgentConfig, done: u64) -> UpdateTerms {
+    let t = (done + 1) as i32;
+    let c2 = (1.0 - cfg.beta2.powi(t)).sqrt();
+    let target = match cfg.target_update {
+        TargetUpdate::Hard { every } if (done + 1).is_multiple_of(every) => TargetStep::Copy,
+        TargetUpdate::Hard { .. } => TargetStep::Keep,
+        TargetUpdate::Soft { tau } => TargetStep::Blend(tau),
+    };
+    UpdateTerms {
+        lr: cfg.lr_at(done) as f32,
+        eps_c2: cfg.adam_eps * c2,
+        cf: c2 / (1.0 - cfg.beta1.powi(t)),
+        target,
+    }
+}
+
+/// The hidden activation as the kernels number it (foxhunt-gpu's kernels/dqn.cuh `act_f`).
+pub fn activation_code(a: Activation) -> i32 {
+    match a {
+        Activation::Relu => 0,
+        Activation::Tanh => 1,
+        Activation::Gelu => 2,
+    }
+}
+
+/// The learner's buffers handed to a kernel that updates them in place
+/// ([`FusedDqn::lend_for_updates`]).
+pub struct LentState<'a> {
+    /// The online network, flat in [`AgentState`] order.
+    pub online: &'a mut DeviceBuffer<f32>,
+    /// The target network.
+    pub target: &'a mut DeviceBuffer<f32>,
+    /// Adam's first moments.
+    pub moment_1: &'a mut DeviceBuffer<f32>,
+    /// Adam's second moments.
+    pub moment_2: &'a mut DeviceBuffer<f32>,
+    /// `[rows, 4]` statistics of the updates (loss, mean Q, mean |TD|, gradient norm).
+    pub stats: &'a mut DeviceBuffer<f32>,
+    /// The first statistics row the lent updates write.
+    pub first_stat: usize,
+    /// The network's layout words ([`layout_words`]).
+    pub layout: &'a DeviceBuffer<u64>,
+}
+
 /// Activations of one forward pass over `rows` inputs (and, for the training pass, the
 /// buffers of its backward pass).
 struct Pass {
@@ -254,6 +326,8 @@ pub struct FusedDqn {
     m2: DeviceBuffer<f32>,
     /// `[1]`: the latest global gradient norm (read by the Adam kernel for clipping).
     norm: DeviceBuffer<f32>,
+    /// The network's layout words ([`layout_words`]), for kernels that walk the network.
+    layout_words: DeviceBuffer<u64>,
     updates: u64,
     train: Pass,
     next_online: Pass,
@@ -300,6 +374,7 @@ impl FusedDqn {
             m1: ctx.alloc(n)?,
             m2: ctx.alloc(n)?,
             norm: ctx.alloc(1)?,
+            layout_words: ctx.upload(&layout_words(cfg).0)?,
             updates: 0,
             train: Pass::new(ctx, cfg, b)?,
             next_online: Pass::new(ctx, cfg, b)?,
@@ -381,11 +456,38 @@ impl FusedDqn {
     }
 
     fn act_code(&self) -> i32 {
-        match self.cfg.activation {
-            Activation::Relu => 0,
-            Activation::Tanh => 1,
-            Activation::Gelu => 2,
+        activation_code(self.cfg.activation)
+    }
+
+    /// The network's layout words on the device ([`layout_words`]).
+    pub fn layout_words(&self) -> &DeviceBuffer<u64> {
+        &self.layout_words
+    }
+
+    /// Hands the learning state to a kernel that makes the next `updates` updates itself,
+    /// exactly as [`FusedDqn::learn`] and [`FusedDqn::sync_target`] would (with the terms of
+    /// [`update_terms`] from update [`FusedDqn::updates`] on), writing their statistics from
+    /// [`LentState::first_stat`]. Counts them as made: the caller queues that kernel before the
+    /// engine's next use.
+    pub fn lend_for_updates(&mut self, updates: usize) -> Result<LentState<'_>, DqnError> {
+        if self.stat_rows + updates > self.stat_capacity {
+            return Err(DqnError::Engine(format!(
+                "statistics of {} updates do not fit beside {} not taken (room for {})",
+                updates, self.stat_rows, self.stat_capacity
+            )));
         }
+        let first_stat = self.stat_rows;
+        self.stat_rows += updates;
+        self.updates += updates as u64;
+        Ok(LentState {
+            online: &mut self.online,
+            target: &mut self.target,
+            moment_1: &mut self.m1,
+            moment_2: &mut self.m2,
+            stats: &mut self.stats,
+            first_stat,
+            layout: &self.layout_words,
+        })
     }
 
     /// Forward pass `which` of `net` over `x` (`[pass rows, obs_dim]`); the result lands in the
@@ -748,13 +850,8 @@ impl FusedDqn {
         // array's size); grads holds n floats, norm 1, stats beyond at.
         unsafe { launch.run(Grid::block(1024)) }?;
 
-        // burn's Adam, step t = updates + 1, bias corrections in f32 as burn computes them.
         let c = &self.cfg;
-        let t = (self.updates + 1) as i32;
-        let c2 = (1.0 - c.beta2.powi(t)).sqrt();
-        let cf = c2 / (1.0 - c.beta1.powi(t));
-        let eps_c2 = c.adam_eps * c2;
-        let lr = c.lr_at(self.updates) as f32;
+        let UpdateTerms { lr, eps_c2, cf, .. } = update_terms(c, self.updates);
         let clip = c.grad_clip.unwrap_or(0.0);
         let launch = ctx
             .launch(&k.adam_step)
@@ -782,13 +879,11 @@ impl FusedDqn {
     /// The target update due after the latest [`FusedDqn::learn`] (hard copy every K updates or
     /// Polyak blend), as [`crate::DqnAgent::sync_target`]. Asynchronous.
     pub fn sync_target(&mut self) -> Result<(), DqnError> {
-        match self.cfg.target_update {
-            TargetUpdate::Hard { every } => {
-                if self.updates.is_multiple_of(every) {
-                    self.ctx.copy(&self.online, &mut self.target)?;
-                }
-            }
-            TargetUpdate::Soft { tau } => {
+        let due = update_terms(&self.cfg, self.updates.saturating_sub(1)).target;
+        match due {
+            TargetStep::Keep => {}
+            TargetStep::Copy => self.ctx.copy(&self.online, &mut self.target)?,
+            TargetStep::Blend(tau) => {
                 let n = self.layout.total as u64;
                 let launch = self
                     .ctx

@@ -445,6 +445,18 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
         "{e}"
     );
     let bytes = std::fs::read(&path).expect("read");
+    // One flipped byte anywhere is refused, naming the file: never trained on.
+    let mut flipped = bytes.clone();
+    flipped[bytes.len() / 3] ^= 1;
+    std::fs::write(&path, &flipped).expect("write");
+    let e = checkpoint::load::<B>(&path, &cfg, &dev())
+        .err()
+        .expect("damaged")
+        .to_string();
+    assert!(
+        e.contains("agent.ckpt") && e.contains("changed after foxhunt wrote"),
+        "{e}"
+    );
     std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
     let e = checkpoint::load::<B>(&path, &cfg, &dev())
         .err()

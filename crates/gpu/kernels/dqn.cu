@@ -1,30 +1,10 @@
 // foxhunt fused DQN engine: the Q-network's forward and backward passes, the TD loss, gradient
 // clipping, Adam and the target update as plain CUDA kernels over one flat parameter vector, so
-// that a training step never leaves the device. The arithmetic follows foxhunt-dqn's burn agent
-// operation by operation (crates/dqn/src/agent.rs, burn's Adam); sums run in a fixed order, so a
-// step is deterministic. Needs philox.cuh in the same module (exploration draws).
+// that a training step never leaves the device; the per-row and per-parameter rules are
+// dqn.cuh's. Sums run in a fixed order, so a step is deterministic.
 //
 // Layouts: matrices are row-major; a dense layer's weight is [d_in, d_out] (burn's layout), so
 // y[r, c] = sum_k x[r, k] * w[k * d_out + c] + b[c].
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-// Activations: 0 relu, 1 tanh, 2 gelu (exact, with erf, as burn's gelu).
-__device__ __forceinline__ float act_f(float h, int act) {
-    if (act == 0) return h > 0.0f ? h : 0.0f;
-    if (act == 1) return tanhf(h);
-    return 0.5f * h * (1.0f + erff(h * 0.70710678118654752f));
-}
-
-// d act(h) / dh.
-__device__ __forceinline__ float act_d(float h, int act) {
-    if (act == 0) return h > 0.0f ? 1.0f : 0.0f;
-    if (act == 1) { float t = tanhf(h); return 1.0f - t * t; }
-    float cdf = 0.5f * (1.0f + erff(h * 0.70710678118654752f));
-    float pdf = 0.3989422804014327f * expf(-0.5f * h * h);
-    return cdf + h * pdf;
-}
 
 // y = x w + b, [rows, d_out]; one thread per output element (threads of a warp share a row, so
 // their weight reads are contiguous).
@@ -93,65 +73,20 @@ extern "C" __global__ void select_actions(const float* q, u32 rows, u32 actions,
                                           u64 seed, u64 step, unsigned char* out) {
     u32 r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
-    const float* qr = q + (u64)r * actions;
-    u32 best = 0;
-    for (u32 j = 1; j < actions; ++j) if (qr[j] > qr[best]) best = j;
-    if (epsilon > 0.0f) {
-        Philox4 p = philox4x32_10(r, (u32)step, (u32)(step >> 32), 0xAC7u, (u32)seed,
-                                  (u32)(seed >> 32));
-        float u = (float)(p.v[0] >> 8) * (1.0f / 16777216.0f);
-        if (u < epsilon) best = p.v[1] % actions;
-    }
-    out[r] = (unsigned char)best;
+    out[r] = (unsigned char)select_action(q + (u64)r * actions, actions, epsilon, seed, step, r);
 }
 
-// TD loss of a batch and its gradient with respect to q. One thread per row.
-// target: double DQN takes the online network's argmax at the next state and the target
-// network's value of it; vanilla takes the target network's max. y = ret + disc * that.
-// loss_kind 0 = Huber(delta), 1 = MSE; the loss is mean(w * l(td)) over the batch.
-// Writes dq [rows, actions] (zero but at the taken action) and per-row terms for the statistics:
-// terms[r] = (w * l(td), q_taken, |td|).
+// TD loss of a batch and its gradient with respect to q (td_row's), one thread per row:
+// dq [rows, actions] and terms [rows, 3].
 extern "C" __global__ void td_loss(const float* q, const int* act, const float* q_next_online,
                                    const float* q_next_target, const float* ret, const float* disc,
                                    const float* weight, u32 rows, u32 actions, int double_dqn,
                                    int loss_kind, float delta, float* dq, float* terms) {
     u32 r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
-    const float* qn_t = q_next_target + (u64)r * actions;
-    float next;
-    if (double_dqn) {
-        const float* qn_o = q_next_online + (u64)r * actions;
-        u32 best = 0;
-        for (u32 j = 1; j < actions; ++j) if (qn_o[j] > qn_o[best]) best = j;
-        next = qn_t[best];
-    } else {
-        next = qn_t[0];
-        for (u32 j = 1; j < actions; ++j) next = fmaxf(next, qn_t[j]);
-    }
-    float y = ret[r] + disc[r] * next;
-    u32 a = (u32)act[r];
-    float qa = q[(u64)r * actions + a];
-    float td = qa - y;
-    float l, dl;
-    if (loss_kind == 1) {
-        l = td * td;
-        dl = 2.0f * td;
-    } else {
-        float abs_td = fabsf(td);
-        if (abs_td > delta) {
-            l = (abs_td - 0.5f * delta) * delta;
-            dl = td > 0.0f ? delta : -delta;
-        } else {
-            l = td * td * 0.5f;
-            dl = td;
-        }
-    }
-    float w = weight[r];
-    for (u32 j = 0; j < actions; ++j) dq[(u64)r * actions + j] = 0.0f;
-    dq[(u64)r * actions + a] = w * dl / (float)rows;
-    terms[3 * r] = l * w;
-    terms[3 * r + 1] = qa;
-    terms[3 * r + 2] = fabsf(td);
+    u64 o = (u64)r * actions;
+    td_row(q + o, act[r], q_next_online + o, q_next_target + o, ret[r], disc[r], weight[r], rows,
+           actions, double_dqn, loss_kind, delta, dq + o, terms + 3 * (u64)r);
 }
 
 // The update's statistics from the per-row terms: (loss, mean q, mean |td|) into out[0..3].
@@ -284,30 +219,18 @@ extern "C" __global__ void grad_norm(const float* g, u64 n, float* norm, float* 
     if (t == 0) { float v = sqrtf(s[0]); *norm = v; out[0] = v; }
 }
 
-// Gradient clipping (scale min(1, max / (norm + 1e-6)) when clip > 0), L2 weight decay, Adam,
-// as burn's Adam: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= lr * (m * cf) / (sqrt(v) + eps * c2), with c2 = sqrt(1 - b2^t), cf = c2 / (1 - b1^t).
+// adam_one over n parameters, one thread each.
 extern "C" __global__ void adam_step(float* p, const float* g, float* m, float* v, u64 n,
                                      const float* norm, float clip, float lr, float b1, float b2,
                                      float eps_c2, float cf, float weight_decay) {
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float gi = g[i];
-    if (clip > 0.0f) {
-        float scale = fminf(clip / (*norm + 1e-6f), 1.0f);
-        gi = gi * scale;
-    }
-    if (weight_decay > 0.0f) gi = p[i] * weight_decay + gi;
-    float mi = m[i] * b1 + gi * (1.0f - b1);
-    float vi = v[i] * b2 + gi * gi * (1.0f - b2);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] - (mi * cf) / (sqrtf(vi) + eps_c2) * lr;
+    adam_one(p + i, g[i], m + i, v + i, *norm, clip, lr, b1, b2, eps_c2, cf, weight_decay);
 }
 
-// Soft target update: target = online * tau + target * (1 - tau).
+// Soft target update of n parameters, one thread each.
 extern "C" __global__ void polyak(const float* online, float* target, u64 n, float tau) {
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    target[i] = online[i] * tau + target[i] * (1.0f - tau);
+    target[i] = polyak_one(online[i], target[i], tau);
 }

@@ -30,18 +30,23 @@ struct Market {
     u32 cols;
 };
 
+// Observation of bar t in state (position, entry), as foxhunt-env's observe: the look-back rows'
+// features, then position / max_position and the unrealized PnL in ticks / upnl_scale. Written by
+// `lanes` threads together (lane in [0, lanes)); one thread passes 0, 1.
 __device__ void observe(const Market& m, u32 lookback, int max_position, float upnl_scale, double tick_size,
-                        u32 t, int position, double entry, float* out) {
-    for (u32 k = 0; k < lookback; ++k) {
-        u32 row = (t + k + 1 >= lookback) ? (t + k + 1 - lookback) : 0;
-        const float* src = m.features + (size_t)row * m.cols;
-        float* dst = out + (size_t)k * m.cols;
-        for (u32 c = 0; c < m.cols; ++c) dst[c] = src[c];
+                        u32 t, int position, double entry, float* out, u32 lane, u32 lanes) {
+    u32 cols = m.cols;
+    for (u32 k = lane; k < lookback * cols; k += lanes) {
+        u32 j = k / cols, c = k % cols;
+        u32 row = (t + j + 1 >= lookback) ? (t + j + 1 - lookback) : 0;
+        out[k] = m.features[(size_t)row * cols + c];
     }
-    u32 n = lookback * m.cols;
-    out[n] = (float)position / (float)max_position;
-    double upnl_ticks = position == 0 ? 0.0 : (m.close[t] - entry) * (double)position / tick_size;
-    out[n + 1] = (float)upnl_ticks / upnl_scale;
+    if (lane == 0) {
+        u32 n = lookback * cols;
+        out[n] = (float)position / (float)max_position;
+        double upnl_ticks = position == 0 ? 0.0 : (m.close[t] - entry) * (double)position / tick_size;
+        out[n + 1] = (float)upnl_ticks / upnl_scale;
+    }
 }
 
 // Contract terms and costs (foxhunt-env's Execution, less the tick size observe takes apart).

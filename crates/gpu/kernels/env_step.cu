@@ -10,7 +10,7 @@ extern "C" __global__ void env_reset(
     Market m = {features, open, close, session, contract, cols};
     u32 t = episode_start(seed, i, 0, split_start, split_end);
     t_arr[i] = t; pos_arr[i] = 0; entry_arr[i] = 0.0; steps_arr[i] = 0; episode_arr[i] = 0;
-    observe(m, lookback, max_position, upnl_scale, tick_size, t, 0, 0.0, obs + (size_t)i * (lookback * cols + 2));
+    observe(m, lookback, max_position, upnl_scale, tick_size, t, 0, 0.0, obs + (size_t)i * (lookback * cols + 2), 0, 1);
 }
 
 // One replay row per step: the state before the step (bar, position, entry), the action, the
@@ -61,7 +61,7 @@ __device__ __forceinline__ void step_one(
     }
     t_arr[i] = next_t; pos_arr[i] = new_pos; entry_arr[i] = new_entry; steps_arr[i] = steps; episode_arr[i] = episode;
     dones[i] = code;
-    observe(m, lookback, max_position, upnl_scale, tick_size, next_t, new_pos, new_entry, obs + (size_t)i * (lookback * cols + 2));
+    observe(m, lookback, max_position, upnl_scale, tick_size, next_t, new_pos, new_entry, obs + (size_t)i * (lookback * cols + 2), 0, 1);
 }
 
 #define ENV_STEP_PARAMS \

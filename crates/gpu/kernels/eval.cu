@@ -38,18 +38,34 @@ __device__ __forceinline__ const unsigned long long* net_head(const Net& n) {
 }
 
 // y[b][o] = bias[o] + sum_i x[b][i] * W[i][o] for b < rows, o < d_out (x rows of stride d_in,
-// y rows of stride d_out), the host's order; the block shares the work, one output per thread at
-// a time.
+// y rows of stride d_out), the host's order. A thread takes one output column for up to four rows
+// at a time (every blockDim / d_out-th row), so that each weight it loads serves them all and
+// their sums run side by side.
 __device__ void block_dense(const float* p, u64 w_off, u64 b_off, u32 d_in, u32 d_out,
                             const float* x, float* y, u32 rows) {
     const float* w = p + w_off;
     const float* bias = p + b_off;
-    for (u32 k = threadIdx.x; k < rows * d_out; k += blockDim.x) {
-        u32 r = k / d_out, o = k % d_out;
-        const float* xr = x + (u64)r * d_in;
-        float acc = bias[o];
-        for (u32 i = 0; i < d_in; ++i) acc = acc + xr[i] * w[(u64)i * d_out + o];
-        y[k] = acc;
+    const u32 groups = d_out >= blockDim.x ? 1 : blockDim.x / d_out;
+    for (u32 k = threadIdx.x; k < groups * d_out; k += blockDim.x) {
+        const u32 o = k % d_out, g = k / d_out;
+        for (u32 r0 = g; r0 < rows; r0 += 4 * groups) {
+            float acc[4];
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) acc[j] = bias[o];
+            for (u32 i = 0; i < d_in; ++i) {
+                const float wv = w[(u64)i * d_out + o];
+#pragma unroll
+                for (u32 j = 0; j < 4; ++j) {
+                    const u32 r = r0 + j * groups;
+                    if (r < rows) acc[j] = acc[j] + x[(u64)r * d_in + i] * wv;
+                }
+            }
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {
+                const u32 r = r0 + j * groups;
+                if (r < rows) y[(u64)r * d_out + o] = acc[j];
+            }
+        }
     }
 }
 
@@ -132,24 +148,6 @@ __device__ __forceinline__ int action_target(int a, int max_position) {
     return (a < amax ? a : amax) - max_position;
 }
 
-// Observation row of bar t in state (position, entry), as foxhunt-env's observe.
-__device__ void obs_row(const Market& m, u32 lookback, int max_position, float upnl_scale,
-                        double tick_size, u32 t, int position, double entry, float* out, u32 lane,
-                        u32 lanes) {
-    u32 cols = m.cols;
-    for (u32 k = lane; k < lookback * cols; k += lanes) {
-        u32 j = k / cols, c = k % cols;
-        u32 row = (t + j + 1 >= lookback) ? (t + j + 1 - lookback) : 0;
-        out[k] = m.features[(u64)row * cols + c];
-    }
-    if (lane == 0) {
-        u32 nn = lookback * cols;
-        out[nn] = (float)position / (float)max_position;
-        double upnl_ticks = position == 0 ? 0.0 : (m.close[t] - entry) * (double)position / tick_size;
-        out[nn + 1] = (float)upnl_ticks / upnl_scale;
-    }
-}
-
 #define EVAL_PARAMS                                                                                  \
     const float* features, const double* open, const double* close, const u32* session,              \
         const u32* contract, u32 cols, u32 lookback, int max_position, float upnl_scale,             \
@@ -177,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(1024) eval_flat(EVAL_PARAMS, u32 sp
     if (first >= split_end) return;
     u32 rows = min(R, split_end - first);
     for (u32 r = 0; r < rows; ++r)
-        obs_row(m, lookback, max_position, upnl_scale, tick_size, first + r, 0, 0.0,
+        observe(m, lookback, max_position, upnl_scale, tick_size, first + r, 0, 0.0,
                 x + (u64)r * dim, threadIdx.x, blockDim.x);
     __syncthreads();
     block_greedy(n, x, a, b, stat, rows, act);
@@ -253,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(1024) eval_scan(EVAL_PARAMS, u32 sp
         double entry = s_entry;
         // In position: decide the next `rows` bars as if the position were held.
         for (u32 r = 0; r < rows; ++r)
-            obs_row(m, lookback, max_position, upnl_scale, tick_size, t0 + r, pos, entry,
+            observe(m, lookback, max_position, upnl_scale, tick_size, t0 + r, pos, entry,
                     x + (u64)r * dim, threadIdx.x, blockDim.x);
         __syncthreads();
         block_greedy(n, x, a, b, stat, rows, act);

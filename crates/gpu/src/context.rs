@@ -86,6 +86,27 @@ impl GpuContext {
         &self.arch
     }
 
+    /// Streaming multiprocessors of the device.
+    pub fn sm_count(&self) -> Result<u32, GpuError> {
+        self.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+    }
+
+    /// The most dynamic shared memory one block may be given (after opting in).
+    pub fn max_shared_per_block(&self) -> Result<u32, GpuError> {
+        self.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )
+    }
+
+    fn attribute(&self, a: cudarc::driver::sys::CUdevice_attribute) -> Result<u32, GpuError> {
+        self.ctx
+            .attribute(a)
+            .map(|v| v.max(0) as u32)
+            .map_err(GpuError::driver(format!("reading device attribute {a:?}")))
+    }
+
     pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -105,14 +126,11 @@ impl GpuContext {
         if let Some(m) = modules.get(&module) {
             return Ok(m.clone());
         }
-        let options = vec![
-            // The CPU reference never fuses multiply-adds; results must round alike.
-            "--fmad=false".to_owned(),
-            format!("--gpu-architecture={}", self.arch),
-        ];
+        let options = compile_options(&self.arch);
+        let source = module.source()?;
         let entry = self
             .cache
-            .path(module.source(), &self.arch, &options, nvrtc_version()?);
+            .path(&source, &self.arch, &options, nvrtc_version()?);
         let load = |image: Vec<u8>| self.ctx.load_module(Ptx::from_binary(image));
         let mut stats = self.stats.lock().expect("stats lock");
         // A cache entry is trusted only once its checksum matched and the driver took it.
@@ -128,7 +146,7 @@ impl GpuContext {
                 None => {}
             }
         }
-        let cubin = compile_cubin(module, &options)?;
+        let cubin = compile_cubin(module, &source, &options)?;
         stats.compiled += 1;
         if let Some(path) = &entry
             && let Err(e) = KernelCache::store(path, &cubin)
@@ -257,11 +275,17 @@ pub fn compile_check(module: Module, arch: &str) -> Result<usize, GpuError> {
             "the NVRTC library (libnvrtc) could not be loaded".into(),
         ));
     }
-    let options = vec![
+    let options = compile_options(arch);
+    Ok(compile_cubin(module, &module.source()?, &options)?.len())
+}
+
+/// NVRTC's options for `arch`, the same for every module.
+fn compile_options(arch: &str) -> Vec<String> {
+    vec![
+        // The CPU reference never fuses multiply-adds; results must round alike.
         "--fmad=false".to_owned(),
         format!("--gpu-architecture={arch}"),
-    ];
-    Ok(compile_cubin(module, &options)?.len())
+    ]
 }
 
 /// NVRTC's version, part of every cache key.
@@ -275,7 +299,7 @@ fn nvrtc_version() -> Result<(i32, i32), GpuError> {
 }
 
 /// Compiles `module` with NVRTC to a CUBIN for the architecture `options` name.
-fn compile_cubin(module: Module, options: &[String]) -> Result<Vec<u8>, GpuError> {
+fn compile_cubin(module: Module, source: &str, options: &[String]) -> Result<Vec<u8>, GpuError> {
     let fail = |source: CompileError| {
         let log = match &source {
             CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
@@ -287,7 +311,9 @@ fn compile_cubin(module: Module, options: &[String]) -> Result<Vec<u8>, GpuError
             source,
         }
     };
-    let src = CString::new(module.source()).expect("kernel sources hold no NUL byte");
+    let src = CString::new(source).map_err(|_| {
+        GpuError::Shape(format!("kernel module {} holds a NUL byte", module.name()))
+    })?;
     let name = CString::new(format!("{}.cu", module.name())).expect("module names hold no NUL");
     let prog = nvrtc::create_program(&src, Some(&name))
         .map_err(|e| fail(CompileError::CreationError(e)))?;

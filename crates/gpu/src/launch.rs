@@ -21,6 +21,29 @@ impl Kernel {
     pub fn name(&self) -> &'static str {
         self.name
     }
+    /// Lets launches of this kernel use up to `bytes` of dynamic shared memory (above the
+    /// 48 KiB every kernel may use).
+    pub fn allow_shared(&self, bytes: u32) -> Result<(), GpuError> {
+        self.f
+            .set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .map_err(GpuError::driver(format!(
+                "allowing {bytes} bytes of shared memory to {}",
+                self.name
+            )))
+    }
+    /// How many blocks of `threads` threads and `shared_bytes` of dynamic shared memory one
+    /// multiprocessor holds at once.
+    pub fn blocks_per_sm(&self, threads: u32, shared_bytes: u32) -> Result<u32, GpuError> {
+        self.f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None)
+            .map_err(GpuError::driver(format!(
+                "asking the occupancy of {}",
+                self.name
+            )))
+    }
 }
 
 impl std::fmt::Debug for Kernel {
@@ -91,6 +114,27 @@ impl<'a> Launch<'a> {
         self.args.arg(v);
         self
     }
+    /// Queues the launch as a cooperative launch: every block of `grid` is resident at once, so
+    /// the blocks may wait for each other (grid barriers). The driver refuses a grid larger than
+    /// the device holds. Asynchronous.
+    ///
+    /// # Safety
+    /// As [`Launch::run`].
+    pub unsafe fn run_cooperative(mut self, grid: Grid) -> Result<(), GpuError> {
+        let cfg = LaunchConfig {
+            grid_dim: (grid.blocks, 1, 1),
+            block_dim: (grid.threads, 1, 1),
+            shared_mem_bytes: grid.shared_bytes,
+        };
+        // SAFETY: the caller's contract, as for `run`.
+        unsafe { self.args.launch_cooperative(cfg) }
+            .map(|_| ())
+            .map_err(GpuError::driver(format!(
+                "launching {} (cooperative, {} blocks)",
+                self.name, grid.blocks
+            )))
+    }
+
     /// Queues the launch on the stream (asynchronous).
     ///
     /// # Safety

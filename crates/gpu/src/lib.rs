@@ -40,7 +40,7 @@ mod marks;
 
 pub use cache::KernelCache;
 pub use error::GpuError;
-pub use module::Module;
+pub use module::{Module, SOURCES_ENV};
 
 #[cfg(feature = "cuda")]
 pub use batch::{DeviceBatch, HostBatchParts};

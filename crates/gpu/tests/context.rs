@@ -56,6 +56,7 @@ fn a_kernel(m: Module) -> &'static str {
         Module::Env => "env_step",
         Module::Dqn => "adam_step",
         Module::Eval => "eval_scan",
+        Module::Epoch => "epoch_steps",
     }
 }
 

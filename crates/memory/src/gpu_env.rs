@@ -12,15 +12,15 @@ use crate::device::{DeviceWindow, GpuArena};
 use crate::replay::DeviceReplay;
 
 /// The scalars env_reset and env_step both take after the market buffers.
-struct EnvScalars {
-    cols: u32,
-    split_start: u32,
-    split_end: u32,
-    lookback: u32,
-    max_position: i32,
-    upnl_scale: f32,
-    tick_size: f64,
-    seed: u64,
+pub(crate) struct EnvScalars {
+    pub cols: u32,
+    pub split_start: u32,
+    pub split_end: u32,
+    pub lookback: u32,
+    pub max_position: i32,
+    pub upnl_scale: f32,
+    pub tick_size: f64,
+    pub seed: u64,
 }
 
 /// Pushes the arguments both kernels begin with, in their order in kernels/env_step.cu.
@@ -41,14 +41,14 @@ fn market<'a>(l: Launch<'a>, w: &'a DeviceWindow, s: &'a EnvScalars) -> Launch<'
 }
 
 /// The scalars only env_step takes.
-struct StepParams {
-    multiplier: f64,
-    cost_per_side: f64,
-    slippage_price: f64,
-    episode_steps: u32,
-    reward_scale: f64,
-    risk_penalty: f64,
-    flatten_at_close: i32,
+pub(crate) struct StepParams {
+    pub multiplier: f64,
+    pub cost_per_side: f64,
+    pub slippage_price: f64,
+    pub episode_steps: u32,
+    pub reward_scale: f64,
+    pub risk_penalty: f64,
+    pub flatten_at_close: i32,
 }
 
 /// N environments on the device over one split of a window resident in a [`GpuArena`]; the
@@ -61,16 +61,16 @@ pub struct GpuVecEnv<'a> {
     step_fn: Kernel,
     record_fn: Kernel,
     reset_fn: Kernel,
-    window: &'a DeviceWindow,
-    scalars: EnvScalars,
-    params: StepParams,
-    n: u32,
+    pub(crate) window: &'a DeviceWindow,
+    pub(crate) scalars: EnvScalars,
+    pub(crate) params: StepParams,
+    pub(crate) n: u32,
     dim: usize,
-    t: DeviceBuffer<u32>,
-    position: DeviceBuffer<i32>,
-    entry: DeviceBuffer<f64>,
-    steps: DeviceBuffer<u32>,
-    episode: DeviceBuffer<u32>,
+    pub(crate) t: DeviceBuffer<u32>,
+    pub(crate) position: DeviceBuffer<i32>,
+    pub(crate) entry: DeviceBuffer<f64>,
+    pub(crate) steps: DeviceBuffer<u32>,
+    pub(crate) episode: DeviceBuffer<u32>,
     /// Observations, `[n * obs_dim]`.
     pub obs: DeviceBuffer<f32>,
     /// Rewards of the last step, `[n]`.
@@ -155,6 +155,13 @@ impl<'a> GpuVecEnv<'a> {
 
     fn grid(&self) -> Grid {
         Grid::cover(self.n as usize, 256)
+    }
+
+    /// Starts over with episode starts seeded by `seed`: [`GpuVecEnv::reset`] on the buffers
+    /// already made (an epoch's environments without an allocation).
+    pub fn restart(&mut self, seed: u64) -> Result<(), MemoryError> {
+        self.scalars.seed = seed;
+        self.reset()
     }
 
     /// Starts episode 0 of every environment and writes the observations (asynchronous).

@@ -2,7 +2,9 @@
 //! GPU: the window arena and its buffer pool ([`HostPool`] / `DevicePool`: one copy per window,
 //! none per epoch, buffers reused between windows); with the `cuda` feature, `GpuVecEnv`, N
 //! environments stepped on the device exactly as foxhunt-env's CPU reference steps them, and
-//! `DeviceReplay`, a replay ring the step kernel writes and a kernel samples with Philox.
+//! `DeviceReplay`, a replay ring the step kernel writes and a kernel samples with Philox;
+//! `DeviceEvaluator`, greedy decisions over a split; `EpochKernel`, a whole training epoch in one
+//! launch.
 //!
 //! The device side is gated as a whole: without the `cuda` feature it does not exist, and
 //! callers gate the code that uses it the same way. Device memory and launches go through
@@ -15,11 +17,14 @@ pub mod arena;
 #[cfg(feature = "cuda")]
 mod device;
 mod error;
+// Kernel launches are `unsafe` (foxhunt-gpu's `Launch::run`); each states in a SAFETY comment why
+// its arguments fit the kernel. The rest of the crate has no unsafe code.
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
+mod epoch;
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 mod eval;
-// Kernel launches are `unsafe` (foxhunt-gpu's `Launch::run`); each states in a SAFETY comment why
-// its arguments fit the kernel. The rest of the crate has no unsafe code.
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 mod gpu_env;
@@ -30,6 +35,11 @@ mod replay;
 pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
 #[cfg(feature = "cuda")]
 pub use device::{DevicePool, DeviceWindow, GpuArena};
+#[cfg(feature = "cuda")]
+pub use epoch::{
+    EpochKernel, LearnRule, LearnerBuffers, NetShape, PlannedStep, StepTimes, TargetSync,
+    unsupported as epoch_unsupported,
+};
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]
 pub use eval::{DeviceEvaluator, NetOnDevice, unsupported_env};

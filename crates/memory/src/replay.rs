@@ -16,18 +16,18 @@ use crate::device::GpuArena;
 pub struct DeviceReplay {
     ctx: Arc<GpuContext>,
     sample_fn: Kernel,
-    n_env: usize,
-    cap_rows: usize,
-    written_rows: u64,
+    pub(crate) n_env: usize,
+    pub(crate) cap_rows: usize,
+    pub(crate) written_rows: u64,
     /// The slot of the row being written, `(row % cap_rows) * n_env` (a kernel argument).
     row_base: u64,
-    draws: u64,
-    t: DeviceBuffer<u32>,
-    position: DeviceBuffer<i32>,
-    entry: DeviceBuffer<f64>,
-    action: DeviceBuffer<u8>,
-    reward: DeviceBuffer<f32>,
-    done: DeviceBuffer<u8>,
+    pub(crate) draws: u64,
+    pub(crate) t: DeviceBuffer<u32>,
+    pub(crate) position: DeviceBuffer<i32>,
+    pub(crate) entry: DeviceBuffer<f64>,
+    pub(crate) action: DeviceBuffer<u8>,
+    pub(crate) reward: DeviceBuffer<f32>,
+    pub(crate) done: DeviceBuffer<u8>,
 }
 
 /// The ring read back, slot by slot (for tests).
@@ -105,7 +105,12 @@ impl DeviceReplay {
     }
     /// Transitions that can start an n-step sample now.
     pub fn transitions(&self, n_step: usize) -> usize {
-        let rows = (self.written_rows as usize).min(self.cap_rows);
+        self.transitions_after(self.written_rows, n_step)
+    }
+    /// Transitions that can start an n-step sample once `written_rows` rows are written (for
+    /// planning steps ahead).
+    pub fn transitions_after(&self, written_rows: u64, n_step: usize) -> usize {
+        let rows = (written_rows.min(self.cap_rows as u64)) as usize;
         rows.saturating_sub(n_step) * self.n_env
     }
 

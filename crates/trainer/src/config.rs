@@ -21,6 +21,21 @@ pub enum DeviceChoice {
     Auto,
 }
 
+/// How the device engine runs an epoch's step loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum StepLoop {
+    /// Several kernel launches per step (acting, environment step, sampling, about forty for
+    /// the update): the path whose GPU tests have passed on the H200.
+    #[default]
+    Eager,
+    /// Every step of the epoch in one kernel launch where the network fits it (two copies of
+    /// its weights in one block's shared memory, at most 8 hidden layers), else `eager`,
+    /// saying why. Opt-in until its equality tests have run on a GPU (docs/TRAINING.md).
+    OneLaunch,
+}
+
 /// A training run's settings. TOML sections `[env]`, `[costs]` and `[dqn]` hold the parts; the
 /// rest are top-level keys. Every default is the part's own (one definition per setting): a
 /// file that names some keys of a table keeps the defaults of the others.
@@ -52,6 +67,8 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Device (default auto).
     pub device: DeviceChoice,
+    /// How the GPU runs the step loop (default eager; the CPU ignores it).
+    pub step_loop: StepLoop,
     /// Seed of everything random in the run (default 0).
     pub seed: u64,
     /// Capital that returns and drawdown fractions are stated on (default 100,000).
@@ -74,6 +91,7 @@ impl Default for TrainConfig {
             learning_starts: 1000,
             checkpoint_every: 1,
             device: DeviceChoice::Auto,
+            step_loop: StepLoop::Eager,
             seed: 0,
             capital: 100_000.0,
             costs: Costs::default(),
@@ -113,6 +131,8 @@ impl TrainConfig {
             }
         }
         self.env.validate()?;
+        // Checked here, before a run directory is made, not first when a window's agent is.
+        self.dqn.validate()?;
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 //! window; epochs borrow it; an engine (host or device) collects and learns. The command line
 //! that fills a [`Job`] lives in the `foxhunt` crate.
 
+mod budget;
 pub mod config;
 mod engine;
 mod error;
@@ -20,7 +21,9 @@ mod run;
 mod rundir;
 mod stats;
 
-pub use config::{DeviceChoice, TrainConfig};
+pub use config::{DeviceChoice, StepLoop, TrainConfig};
+#[cfg(feature = "cuda")]
+pub use engine::device::learn_rule;
 pub use error::TrainError;
 pub use phase::PhaseTimes;
 pub use report::RunReport;

@@ -162,6 +162,12 @@ impl PhaseClock {
         out
     }
 
+    /// Adds device time measured inside one launch (the one-launch epoch's timestamps) to
+    /// `phase`; the epoch's total is the clock's own.
+    pub fn record(&mut self, phase: Phase, ms: f64) {
+        self.totals[phase as usize] += ms;
+    }
+
     /// Adds time measured elsewhere (the first epoch's arena build) to `phase`.
     pub fn charge(&mut self, phase: Phase, ms: f64) {
         self.totals[phase as usize] += ms;

@@ -146,18 +146,26 @@ pub struct RunReport {
     pub pool: PoolStats,
 }
 
-/// Writes `value` as pretty JSON, atomically.
+impl RunReport {
+    /// Whether any window finished with a result: a run where none did (every window failed)
+    /// has no out-of-sample result, and `foxhunt train` exits non-zero.
+    pub fn has_result(&self) -> bool {
+        self.windows.iter().any(|w| w.status == WindowStatus::Ok)
+    }
+}
+
+/// Writes `value` as pretty JSON with its checksum (`foxhunt_fs::to_sealed_json`), atomically:
+/// every JSON file of a run directory is read back only through [`read_json`], which checks it.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), TrainError> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| TrainError::file(path, e))?;
+    let bytes = foxhunt_fs::to_sealed_json(value).map_err(|e| TrainError::file(path, e))?;
     Ok(foxhunt_fs::write_atomic(path, &bytes)?)
 }
 
-/// Reads JSON written by [`write_json`].
+/// Reads JSON written by [`write_json`]; a file whose content changed since is refused.
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, TrainError> {
     let bytes =
         std::fs::read(path).map_err(|e| TrainError::file(path, format!("cannot read: {e}")))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| TrainError::file(path, format!("not a foxhunt report: {e}")))
+    Ok(foxhunt_fs::from_sealed_json(path, &bytes)?)
 }
 
 /// One policy's equity over several periods, each period starting where the previous ended.

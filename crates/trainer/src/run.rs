@@ -16,7 +16,7 @@ use foxhunt_memory::{HostArena, HostPool, Pool, WindowData};
 use crate::TrainError;
 use crate::config::{DeviceChoice, TrainConfig};
 use crate::engine::host::{HostEngine, HostSetup};
-use crate::engine::{Engine, EvalData, Judged};
+use crate::engine::{Engine, EpochPlan, EvalData, Judged};
 use crate::phase::{Phase, PhaseClock, PhaseTimes};
 use crate::progress::Bars;
 use crate::report::{
@@ -116,6 +116,11 @@ enum DeviceRun {
 /// was also written to `out/report.json`.
 pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     job.cfg.validate()?;
+    crate::budget::check(
+        job.cfg,
+        job.dataset.features.cols,
+        crate::budget::available_memory(),
+    )?;
     let t_open = Instant::now();
     let gpu = open_device(job.cfg.device)?;
     let device_open_ms = t_open.elapsed().as_secs_f64() * 1e3;
@@ -134,6 +139,33 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         None => DeviceRun::Cpu,
     };
     let plan = foxhunt_data::walkforward::plan(&job.dataset.series.row_days(), job.windows)?;
+    if plan.windows.is_empty() {
+        // Refused before a run directory is made: a run that trains nothing is no result.
+        let why: Vec<String> = plan
+            .skipped
+            .iter()
+            .map(|s| format!("window {}: {}", s.window.index, s.reason))
+            .collect();
+        return Err(TrainError::Options(format!(
+            "the walk-forward plan has no window to train ({} skipped, {} wholly in holes in \
+             the data{}{}); choose shorter periods, a smaller --min-bars or more data",
+            plan.skipped.len(),
+            plan.empty,
+            if why.is_empty() { "" } else { ": " },
+            why.join("; ")
+        )));
+    }
+    let learning_starts = job.cfg.learning_starts.max(job.cfg.dqn.batch_size);
+    let collected = job.cfg.envs * job.cfg.max_steps_per_epoch * job.cfg.epochs;
+    if learning_starts > collected.min(job.cfg.dqn.replay_capacity) {
+        tracing::warn!(
+            "no update can happen: learning starts once the replay holds {learning_starts} \
+             transitions (learning_starts, at least batch_size), but a window collects at most \
+             {collected} (envs x max_steps_per_epoch x epochs) into a replay of {}; the agent \
+             stays as initialized",
+            job.cfg.dqn.replay_capacity
+        );
+    }
     let out = &opts.out;
     let config = serde_json::json!({
         "source": job.source,
@@ -141,7 +173,8 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         "train": job.cfg,
         "spec": job.spec,
     });
-    crate::rundir::prepare(out, &config, opts.resume)?;
+    // Held until the run returns: a second process on this directory fails at once.
+    let _lock = crate::rundir::prepare(out, &config, opts.resume)?;
     let exec = Execution::new(job.spec, job.cfg.costs);
     let mut pool = HostPool::new();
     let bars = Bars::new(opts.progress, plan.windows.len(), job.cfg.epochs);
@@ -455,6 +488,7 @@ impl WindowCtx<'_> {
                     cfg.seed,
                     cfg.max_steps_per_epoch,
                     arena.market().session(),
+                    cfg.step_loop,
                 )
                 .map_err(|e| fail(e, &prog))?;
                 self.epochs(engine, prog, start.best, &arena, &splits, t_init, budget)
@@ -482,8 +516,7 @@ impl WindowCtx<'_> {
             let (ckpt, rpl) = self.dir.state_files(prog.epochs_done - 1);
             let agent = checkpoint::load::<B>(&ckpt, &dqn, device)?;
             let replay = if host_replay {
-                let bytes = std::fs::read(&rpl)
-                    .map_err(|e| TrainError::file(&rpl, format!("cannot read: {e}")))?;
+                let bytes = foxhunt_fs::read_sealed(&rpl)?;
                 Some(Replay::from_bytes(
                     &bytes,
                     dqn.replay_capacity,
@@ -557,22 +590,15 @@ impl WindowCtx<'_> {
             engine
                 .begin_epoch(epoch_seed(cfg.seed, w.index, epoch))
                 .map_err(|e| fail(e, &prog))?;
-            let mut stat_steps = Vec::new();
-            for step in 0..cfg.max_steps_per_epoch {
-                let counter = foxhunt_dqn::explore::step_counter(w.index, epoch, step);
-                clock
-                    .time_device(Phase::Collect, || engine.collect(counter))
-                    .map_err(|e| fail(e, &prog))?;
-                if engine.available() >= learning_starts {
-                    clock
-                        .time_device(Phase::Train, || engine.learn())
-                        .map_err(|e| fail(e, &prog))?;
-                    clock
-                        .time_device(Phase::Sync, || engine.sync_target())
-                        .map_err(|e| fail(e, &prog))?;
-                    stat_steps.push(step);
-                }
-            }
+            let plan = EpochPlan {
+                window: w.index,
+                epoch,
+                steps: cfg.max_steps_per_epoch,
+                learning_starts,
+            };
+            let stat_steps = engine
+                .run_steps(&plan, &mut clock)
+                .map_err(|e| fail(e, &prog))?;
             // The one read of the epoch's statistics, and the check that they are finite.
             let stats = engine.finish_epoch().map_err(|e| fail(e, &prog))?;
             crate::stats::check_finite(&stats, &stat_steps, w.index, epoch)
@@ -592,7 +618,7 @@ impl WindowCtx<'_> {
                         // Kept in memory; written outside the timed epoch.
                         best = Some(Best {
                             epoch,
-                            agent: engine.agent().snapshot(),
+                            agent: engine.snapshot()?,
                             written: false,
                         });
                         prog.best_val_pnl = Some(r.metrics.total_pnl);
@@ -611,7 +637,7 @@ impl WindowCtx<'_> {
             prog.epochs.push(crate::stats::summarize(
                 epoch,
                 &stats,
-                engine.agent().epsilon(),
+                engine.epsilon(),
                 val_pnl,
             ));
             prog.phases.push(pt);
@@ -624,10 +650,10 @@ impl WindowCtx<'_> {
             let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
             if stop || (due && epoch + 1 < cfg.epochs) {
                 // The best checkpoint first: the progress written after it names it.
-                self.write_best(&engine, best.as_mut())
+                self.write_best(&mut engine, best.as_mut())
                     .and_then(|()| {
-                        self.dir
-                            .save_progress(engine.agent(), engine.replay_bytes(), &prog)
+                        let replay = engine.replay_bytes();
+                        self.dir.save_progress(engine.agent()?, replay, &prog)
                     })
                     .map_err(|e| fail(e, &prog))?;
             }
@@ -647,7 +673,7 @@ impl WindowCtx<'_> {
                 cfg,
                 splits.test.clone(),
             )?;
-            self.write_best(&engine, Some(&mut best))?;
+            self.write_best(&mut engine, Some(&mut best))?;
             Ok(tested)
         })()
         .map_err(|e| fail(e, &prog))?;
@@ -684,11 +710,15 @@ impl WindowCtx<'_> {
 
 impl WindowCtx<'_> {
     /// Writes the best epoch's checkpoint (`best-epoch-E.ckpt`) unless it is written already.
-    fn write_best<E: Engine>(&self, engine: &E, best: Option<&mut Best>) -> Result<(), TrainError> {
+    fn write_best<E: Engine>(
+        &self,
+        engine: &mut E,
+        best: Option<&mut Best>,
+    ) -> Result<(), TrainError> {
         let Some(b) = best.filter(|b| !b.written) else {
             return Ok(());
         };
-        let a = engine.agent();
+        let a = engine.agent()?;
         let agent = DqnAgent::<E::B>::restore(a.config().clone(), a.device(), &b.agent)?;
         self.dir.create()?;
         checkpoint::save(&agent, &self.dir.best(b.epoch))?;

@@ -11,14 +11,52 @@ use crate::TrainError;
 use crate::phase::PhaseTimes;
 use crate::report::{EpochSummary, read_json, write_json};
 
-/// Creates the run directory, or checks that `--resume` continues the same run. A directory
-/// holding another run is never overwritten.
+/// Creates the run directory, or checks that `--resume` continues the same run, and locks it
+/// for this process's life (the returned lock; a second process on the directory fails at once).
+/// A directory is used only if it is absent, empty, or a foxhunt run continued with `--resume`:
+/// nothing in a directory foxhunt did not write is overwritten.
 pub(crate) fn prepare(
     out: &Path,
     config: &serde_json::Value,
     resume: bool,
-) -> Result<(), TrainError> {
+) -> Result<foxhunt_fs::DirLock, TrainError> {
     let path = out.join("config.json");
+    let taken = || {
+        TrainError::Options(format!(
+            "{} already holds a run; continue it with --resume or choose another --out",
+            out.display()
+        ))
+    };
+    if resume && !path.exists() {
+        return Err(TrainError::Options(format!(
+            "--resume: {} holds no foxhunt run (no config.json)",
+            out.display()
+        )));
+    }
+    if !resume {
+        if path.exists() {
+            return Err(taken());
+        }
+        // Checked before the lock file is made, so a refused directory is left as it was.
+        if let Ok(entries) = std::fs::read_dir(out)
+            && let Some(e) = entries
+                .filter_map(|e| e.ok())
+                .find(|e| e.file_name() != foxhunt_fs::LOCK_FILE)
+        {
+            return Err(TrainError::Options(format!(
+                "{} is not empty (it holds {}) and is not a foxhunt run; --out takes a new or \
+                 empty directory",
+                out.display(),
+                e.file_name().to_string_lossy()
+            )));
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|source| foxhunt_fs::FsError {
+        path: out.to_path_buf(),
+        what: "create the directory",
+        source,
+    })?;
+    let lock = foxhunt_fs::lock_dir(out)?;
     if resume {
         let saved: serde_json::Value = read_json(&path)?;
         if &saved != config {
@@ -28,15 +66,14 @@ pub(crate) fn prepare(
                 foxhunt_fs::json_diff(&saved, config)
             )));
         }
-        return Ok(());
+        return Ok(lock);
     }
+    // Another process may have started a run here between the check and the lock.
     if path.exists() {
-        return Err(TrainError::Options(format!(
-            "{} already holds a run; continue it with --resume or choose another --out",
-            out.display()
-        )));
+        return Err(taken());
     }
-    write_json(&path, config)
+    write_json(&path, config)?;
+    Ok(lock)
 }
 
 /// An unfinished window's saved state (`progress.json`), written after the files it names.
@@ -108,7 +145,7 @@ impl WindowDir {
         self.create()?;
         checkpoint::save(agent, &ckpt)?;
         if let Some(bytes) = replay {
-            foxhunt_fs::write_atomic(&rpl, &bytes)?;
+            foxhunt_fs::write_sealed(&rpl, &bytes)?;
         }
         write_json(&self.progress(), prog)?;
         self.remove_best_except(prog.best_epoch, epoch);

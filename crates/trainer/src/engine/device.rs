@@ -12,18 +12,22 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use foxhunt_dqn::fused::{FusedDqn, device_eval_unsupported, layout_words};
-use foxhunt_dqn::{CpuBackend, DqnAgent, UpdateStats};
+use foxhunt_dqn::config::{Loss, TargetUpdate};
+use foxhunt_dqn::fused::{
+    FusedDqn, TargetStep, activation_code, device_eval_unsupported, layout_words, update_terms,
+};
+use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, Snapshot, UpdateStats};
 use foxhunt_env::EnvConfig;
 use foxhunt_gpu::{DeviceBatch, DeviceBuffer, EventMarks, GpuContext};
 use foxhunt_memory::{
-    DeviceEvaluator, DevicePool, DeviceReplay, GpuArena, GpuVecEnv, NetOnDevice, SampleSpec,
+    DeviceEvaluator, DevicePool, DeviceReplay, EpochKernel, GpuArena, GpuVecEnv, LearnRule,
+    LearnerBuffers, NetOnDevice, NetShape, PlannedStep, SampleSpec, TargetSync, epoch_unsupported,
     unsupported_env,
 };
 
-use super::{Engine, EvalData, Judged, Timing};
-use crate::TrainError;
-use crate::phase::DeviceMarks;
+use super::{Engine, EpochPlan, EvalData, Judged, Timing, eager_steps};
+use crate::phase::{DeviceMarks, Phase, PhaseClock};
+use crate::{StepLoop, TrainError};
 
 /// The device side of a run: its context and the pool of window buffers, reused from window to
 /// window.
@@ -54,13 +58,23 @@ pub(crate) struct DeviceEngine<'a, 'p> {
     explore_seed: u64,
     /// Greedy evaluation on the device, where it can decide exactly as the host.
     eval: Option<DeviceEval<'a>>,
+    /// The one-launch epoch, where the network fits it and the run asks for it.
+    one_launch: Option<OneLaunch>,
+    /// Whether `fused` has learned since `agent` last took its weights.
+    agent_behind: bool,
 }
 
-/// The device's greedy evaluation: the evaluator, the network's layout words, and a buffer for
-/// a kept agent's parameters.
+/// The one-launch epoch's kernel, its constants, and the plan's buffer (reused epoch to epoch).
+struct OneLaunch {
+    kernel: EpochKernel,
+    rule: LearnRule,
+    plan: Vec<PlannedStep>,
+}
+
+/// The device's greedy evaluation: the evaluator, the network's widest row, and a buffer for a
+/// kept agent's parameters.
 struct DeviceEval<'a> {
     evaluator: DeviceEvaluator<'a>,
-    layout: DeviceBuffer<u64>,
     max_width: usize,
     kept: DeviceBuffer<f32>,
 }
@@ -68,7 +82,7 @@ struct DeviceEval<'a> {
 impl<'a, 'p> DeviceEngine<'a, 'p> {
     /// An engine over `arena` starting from `agent`'s state (one upload); `max_updates` is the
     /// most updates an epoch makes (their statistics stay on the device until it ends);
-    /// `session` is the window's session index per row.
+    /// `session` is the window's session index per row; `step_loop` how epochs run.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         arena: &'a GpuArena<'p>,
@@ -79,6 +93,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
         explore_seed: u64,
         max_updates: usize,
         session: &[u32],
+        step_loop: StepLoop,
     ) -> Result<Self, TrainError> {
         let ctx = arena.context().clone();
         let dqn = agent.config().clone();
@@ -89,20 +104,33 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
                 );
                 None
             }
-            None => {
-                let (words, max_width) = layout_words(&dqn);
-                Some(DeviceEval {
-                    evaluator: DeviceEvaluator::new(arena, env, session)?,
-                    layout: ctx.upload(&words)?,
-                    max_width,
-                    kept: ctx.alloc(agent.num_params())?,
-                })
-            }
+            None => Some(DeviceEval {
+                evaluator: DeviceEvaluator::new(arena, env, session)?,
+                max_width: layout_words(&dqn).1,
+                kept: ctx.alloc(agent.num_params())?,
+            }),
         };
         let rows = (dqn.replay_capacity / n_env).max(dqn.n_step + 2);
         let ring = DeviceReplay::new(&ctx, n_env, rows)?;
         let batch = DeviceBatch::new(&ctx, dqn.batch_size, dqn.obs_dim)?;
         let fused = FusedDqn::new(&ctx, &dqn, &agent.export_state(), max_updates)?;
+        let one_launch = match step_loop {
+            StepLoop::Eager => None,
+            StepLoop::OneLaunch => {
+                let shape = net_shape(&dqn, fused.num_params());
+                match epoch_unsupported(&ctx, &shape)? {
+                    Some(why) => {
+                        tracing::info!("eager step loop: the one-launch epoch cannot take {why}");
+                        None
+                    }
+                    None => Some(OneLaunch {
+                        kernel: EpochKernel::new(&ctx, shape, n_env, dqn.batch_size, max_updates)?,
+                        rule: learn_rule(&dqn, explore_seed),
+                        plan: Vec::with_capacity(max_updates),
+                    }),
+                }
+            }
+        };
         Ok(Self {
             arena,
             agent,
@@ -116,7 +144,119 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
             n_env,
             explore_seed,
             eval,
+            one_launch,
+            agent_behind: false,
         })
+    }
+}
+
+/// The network's shape as the one-launch epoch sizes it.
+fn net_shape(cfg: &AgentConfig, params: usize) -> NetShape {
+    NetShape {
+        params,
+        obs_dim: cfg.obs_dim,
+        actions: cfg.actions,
+        hidden: cfg.hidden.clone(),
+    }
+}
+
+/// The agent's learning rule as the one-launch epoch takes it (replay draws seeded by the
+/// agent's seed, exploration by `explore_seed`).
+pub fn learn_rule(cfg: &AgentConfig, explore_seed: u64) -> LearnRule {
+    LearnRule {
+        activation: activation_code(cfg.activation),
+        double: cfg.double,
+        huber_delta: match cfg.loss {
+            Loss::Huber { delta } => Some(delta),
+            Loss::Mse => None,
+        },
+        clip: cfg.grad_clip.unwrap_or(0.0),
+        beta1: cfg.beta1,
+        beta2: cfg.beta2,
+        weight_decay: cfg.weight_decay,
+        tau: match cfg.target_update {
+            TargetUpdate::Soft { tau } => tau,
+            TargetUpdate::Hard { .. } => 0.0,
+        },
+        n_step: cfg.n_step as u32,
+        gamma: cfg.gamma as f32,
+        sample_seed: cfg.seed,
+        explore_seed,
+    }
+}
+
+impl DeviceEngine<'_, '_> {
+    /// The one-launch epoch's plan of `plan`'s steps: what the eager loop decides step by step,
+    /// decided ahead (the exploration rate before the step is counted, the learning gate on
+    /// the ring's rows after the step, the update's terms), so that the device runs the epoch
+    /// without the host. Counts the environment steps; returns the steps that learn.
+    fn plan(&mut self, plan: &EpochPlan) -> Vec<usize> {
+        let one = self.one_launch.as_mut().expect("a one-launch engine");
+        let cfg = self.agent.config().clone();
+        let (mut written, mut done) = (self.ring.written_rows(), self.fused.updates());
+        let mut learned = Vec::new();
+        one.plan.clear();
+        for step in 0..plan.steps {
+            let epsilon = self.agent.epsilon() as f32;
+            self.agent.count_env_steps(self.n_env as u64);
+            written += 1;
+            let learn = self.ring.transitions_after(written, cfg.n_step) >= plan.learning_starts;
+            let terms = update_terms(&cfg, done);
+            one.plan.push(PlannedStep {
+                act: true,
+                epsilon,
+                counter: plan.counter(step),
+                learn,
+                lr: terms.lr,
+                eps_c2: terms.eps_c2,
+                cf: terms.cf,
+                sync: match terms.target {
+                    _ if !learn => TargetSync::None,
+                    TargetStep::Keep => TargetSync::None,
+                    TargetStep::Copy => TargetSync::Copy,
+                    TargetStep::Blend(_) => TargetSync::Blend,
+                },
+            });
+            if learn {
+                done += 1;
+                learned.push(step);
+            }
+        }
+        learned
+    }
+
+    /// Queues steps `range` of the plan as one launch.
+    fn launch(&mut self, range: Range<usize>) -> Result<(), TrainError> {
+        let one = self.one_launch.as_mut().expect("a one-launch engine");
+        let steps = &one.plan[range];
+        let ctx = self.arena.context();
+        let env = self
+            .envs
+            .as_mut()
+            .expect("begin_epoch made the environments");
+        let lent = self
+            .fused
+            .lend_for_updates(steps.iter().filter(|s| s.learn).count())?;
+        let first_stat = lent.first_stat;
+        let learner = LearnerBuffers {
+            online: lent.online,
+            target: lent.target,
+            moment_1: lent.moment_1,
+            moment_2: lent.moment_2,
+            stats: lent.stats,
+            layout: lent.layout,
+        };
+        one.kernel.run(
+            ctx,
+            env,
+            &mut self.ring,
+            &mut self.batch,
+            learner,
+            &one.rule,
+            steps,
+            first_stat,
+        )?;
+        Ok(())
     }
 }
 
@@ -124,15 +264,20 @@ impl Engine for DeviceEngine<'_, '_> {
     type B = CpuBackend;
 
     fn begin_epoch(&mut self, seed: u64) -> Result<(), TrainError> {
-        let mut env = GpuVecEnv::new(
-            self.arena,
-            self.env.clone(),
-            self.split.clone(),
-            self.n_env,
-            seed,
-        )?;
-        env.reset()?;
-        self.envs = Some(env);
+        match self.envs.as_mut() {
+            Some(env) => env.restart(seed)?,
+            None => {
+                let mut env = GpuVecEnv::new(
+                    self.arena,
+                    self.env.clone(),
+                    self.split.clone(),
+                    self.n_env,
+                    seed,
+                )?;
+                env.reset()?;
+                self.envs = Some(env);
+            }
+        }
         Ok(())
     }
 
@@ -159,6 +304,28 @@ impl Engine for DeviceEngine<'_, '_> {
         self.ring.transitions(self.agent.config().n_step)
     }
 
+    fn run_steps(
+        &mut self,
+        plan: &EpochPlan,
+        clock: &mut PhaseClock,
+    ) -> Result<Vec<usize>, TrainError> {
+        if self.one_launch.is_none() {
+            return eager_steps(self, plan, clock);
+        }
+        let learned = self.plan(plan);
+        self.launch(0..plan.steps)?;
+        // The device's own timestamps of each step's phases (waits for the launch).
+        let one = self.one_launch.as_ref().expect("checked above");
+        let [collect, train, sync] = one
+            .kernel
+            .step_times(self.arena.context(), plan.steps)?
+            .phases();
+        clock.record(Phase::Collect, collect);
+        clock.record(Phase::Train, train);
+        clock.record(Phase::Sync, sync);
+        Ok(learned)
+    }
+
     fn learn(&mut self) -> Result<(), TrainError> {
         let cfg = self.agent.config();
         let spec = SampleSpec {
@@ -178,15 +345,32 @@ impl Engine for DeviceEngine<'_, '_> {
     }
 
     fn finish_epoch(&mut self) -> Result<Vec<UpdateStats>, TrainError> {
-        self.envs = None;
-        let stats = self.fused.take_stats()?;
-        // The engine's weights, read once per epoch, become the agent's.
-        self.agent.import_state(&self.fused.state()?);
-        Ok(stats)
+        // The weights stay on the device until a checkpoint or the host asks for them.
+        self.agent_behind = true;
+        Ok(self.fused.take_stats()?)
     }
 
-    fn agent(&self) -> &DqnAgent<CpuBackend> {
-        &self.agent
+    fn agent(&mut self) -> Result<&DqnAgent<CpuBackend>, TrainError> {
+        if self.agent_behind {
+            self.agent.import_state(&self.fused.state()?);
+            self.agent_behind = false;
+        }
+        Ok(&self.agent)
+    }
+
+    fn agent_config(&self) -> &AgentConfig {
+        self.agent.config()
+    }
+
+    fn epsilon(&self) -> f64 {
+        self.agent.epsilon()
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot, TrainError> {
+        Ok(Snapshot {
+            state: self.fused.state()?,
+            env_steps: self.agent.env_steps(),
+        })
     }
 
     fn replay_bytes(&self) -> Option<Vec<u8>> {
@@ -217,7 +401,7 @@ impl Engine for DeviceEngine<'_, '_> {
         };
         let net = NetOnDevice {
             params,
-            layout: &e.layout,
+            layout: self.fused.layout_words(),
             obs_dim: self.agent.config().obs_dim,
             max_width: e.max_width,
         };
@@ -257,3 +441,7 @@ impl DeviceMarks for Marks {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "device_tests.rs"]
+mod tests;

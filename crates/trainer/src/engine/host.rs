@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use foxhunt_dqn::explore::explore;
 use foxhunt_dqn::replay::{NStep, Replay, StepEnd, Transition};
-use foxhunt_dqn::{Batch, DqnAgent, TrainStats, UpdateStats};
+use foxhunt_dqn::{AgentConfig, Batch, DqnAgent, TrainStats, UpdateStats};
 use foxhunt_env::vec_env::done;
 use foxhunt_env::{EnvConfig, Execution, MarketData, VecEnv};
 
@@ -140,8 +140,16 @@ impl<B: AutodiffBackend> Engine for HostEngine<'_, B> {
         Ok(read_stats::<B>(&std::mem::take(&mut self.stats)))
     }
 
-    fn agent(&self) -> &DqnAgent<B> {
-        &self.agent
+    fn agent(&mut self) -> Result<&DqnAgent<B>, TrainError> {
+        Ok(&self.agent)
+    }
+
+    fn agent_config(&self) -> &AgentConfig {
+        self.agent.config()
+    }
+
+    fn epsilon(&self) -> f64 {
+        self.agent.epsilon()
     }
 
     fn replay_bytes(&self) -> Option<Vec<u8>> {

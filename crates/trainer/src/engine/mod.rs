@@ -16,11 +16,11 @@ use std::ops::Range;
 
 use burn::tensor::backend::AutodiffBackend;
 use foxhunt_dqn::model::HostQNetwork;
-use foxhunt_dqn::{DqnAgent, Snapshot, UpdateStats};
+use foxhunt_dqn::{AgentConfig, DqnAgent, Snapshot, UpdateStats};
 use foxhunt_env::{EnvConfig, Execution, MarketData};
 
 use crate::TrainError;
-use crate::phase::DeviceMarks;
+use crate::phase::{DeviceMarks, Phase, PhaseClock};
 
 /// Which network a greedy evaluation decides with.
 #[derive(Clone, Copy)]
@@ -57,18 +57,42 @@ pub(crate) trait Engine {
     /// Transitions the replay can sample now.
     fn available(&self) -> usize;
 
+    /// The epoch's steps after [`Engine::begin_epoch`]: each collects, and once the replay holds
+    /// `learning_starts` transitions, learns and syncs the target; returns the steps that
+    /// learned, in order. By default [`eager_steps`], one call per phase; an engine that runs
+    /// the whole loop at once on its device overrides it and charges the clock its device-timed
+    /// phases.
+    fn run_steps(
+        &mut self,
+        plan: &EpochPlan,
+        clock: &mut PhaseClock,
+    ) -> Result<Vec<usize>, TrainError> {
+        eager_steps(self, plan, clock)
+    }
+
     /// One update on a batch sampled from the replay.
     fn learn(&mut self) -> Result<(), TrainError>;
 
     /// The target-network update due after the latest [`Engine::learn`].
     fn sync_target(&mut self) -> Result<(), TrainError>;
 
-    /// Ends the epoch: the statistics of its updates, read once, in order; afterwards
-    /// [`Engine::agent`] holds the learning state as of now.
+    /// Ends the epoch: the statistics of its updates, read once, in order.
     fn finish_epoch(&mut self) -> Result<Vec<UpdateStats>, TrainError>;
 
-    /// The agent as of the last finished epoch (evaluation, checkpoints).
-    fn agent(&self) -> &DqnAgent<Self::B>;
+    /// The agent with the learning state as of now (checkpoints); an engine that learns
+    /// elsewhere brings it up to date first (a read of the device's weights).
+    fn agent(&mut self) -> Result<&DqnAgent<Self::B>, TrainError>;
+
+    /// The agent's settings.
+    fn agent_config(&self) -> &AgentConfig;
+
+    /// The exploration rate now.
+    fn epsilon(&self) -> f64;
+
+    /// The learning state as of now, kept aside (the best epoch's agent).
+    fn snapshot(&mut self) -> Result<Snapshot, TrainError> {
+        Ok(self.agent()?.snapshot())
+    }
 
     /// The replay's contents when a checkpoint can carry them (host replay), else `None`: the
     /// engine then resumes with an empty replay.
@@ -97,16 +121,53 @@ pub(crate) trait Engine {
     fn timing(&self) -> Timing;
 }
 
+/// The steps of one epoch, as the window loop asks for them.
+pub(crate) struct EpochPlan {
+    /// Window index.
+    pub window: usize,
+    /// Epoch within the window.
+    pub epoch: usize,
+    /// Environment steps.
+    pub steps: usize,
+    /// Transitions the replay must hold before the first update.
+    pub learning_starts: usize,
+}
+
+impl EpochPlan {
+    /// The exploration counter of `step` (see `foxhunt_dqn::explore`).
+    pub fn counter(&self, step: usize) -> u64 {
+        foxhunt_dqn::explore::step_counter(self.window, self.epoch, step)
+    }
+}
+
+/// [`Engine::run_steps`] one engine call at a time, each timed as its phase.
+pub(crate) fn eager_steps<E: Engine + ?Sized>(
+    engine: &mut E,
+    plan: &EpochPlan,
+    clock: &mut PhaseClock,
+) -> Result<Vec<usize>, TrainError> {
+    let mut learned = Vec::new();
+    for step in 0..plan.steps {
+        clock.time_device(Phase::Collect, || engine.collect(plan.counter(step)))?;
+        if engine.available() >= plan.learning_starts {
+            clock.time_device(Phase::Train, || engine.learn())?;
+            clock.time_device(Phase::Sync, || engine.sync_target())?;
+            learned.push(step);
+        }
+    }
+    Ok(learned)
+}
+
 /// [`Engine::greedy_targets`] on the host, from the engine's agent.
 pub(crate) fn host_greedy_targets<E: Engine + ?Sized>(
-    engine: &E,
+    engine: &mut E,
     which: Judged<'_>,
     data: &EvalData<'_>,
     split: Range<usize>,
 ) -> Result<Vec<i8>, TrainError> {
     let net = match which {
-        Judged::Current => engine.agent().online_net().to_host(),
-        Judged::Kept(s) => HostQNetwork::from_flat(engine.agent().config(), &s.state.online),
+        Judged::Current => engine.agent()?.online_net().to_host(),
+        Judged::Kept(s) => HostQNetwork::from_flat(engine.agent_config(), &s.state.online),
     };
     Ok(crate::eval::host_targets(
         &net,
