@@ -61,14 +61,23 @@ impl LoaderArgs {
             bar_time: self.bar_time,
             bar_seconds: self.bar_seconds,
         };
-        Ok(foxhunt_data::Dataset::load(
+        let data = foxhunt_data::Dataset::load(
             &self.data_dir,
             &selector,
             &opts,
             &SessionCalendar::cme(),
             self.adjustment,
             &FeatureConfig::default(),
-        )?)
+        )?;
+        // Nothing is passed over silently: every command that reads data says what it did
+        // not read, and what it read past.
+        for (file, why) in &data.raw.skipped_files {
+            tracing::info!("{}: not read: {why}", file.display());
+        }
+        for (file, note) in &data.raw.notes {
+            tracing::info!("{}: {note}", file.display());
+        }
+        Ok(data)
     }
 }
 

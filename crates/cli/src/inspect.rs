@@ -41,6 +41,7 @@ struct Report {
     source: String,
     files_read: usize,
     files_skipped: Vec<(String, String)>,
+    notes: Vec<(String, String)>,
     symbol: String,
     symbols_available: Vec<String>,
     contracts: Vec<ContractReport>,
@@ -74,6 +75,12 @@ fn build(args: &InspectArgs, data: &Dataset) -> Result<Report> {
             .skipped_files
             .iter()
             .map(|(p, why)| (p.display().to_string(), why.clone()))
+            .collect(),
+        notes: data
+            .raw
+            .notes
+            .iter()
+            .map(|(p, note)| (p.display().to_string(), note.clone()))
             .collect(),
         symbol: args.loader.symbol.clone(),
         symbols_available: data.raw.available.clone(),
@@ -141,6 +148,9 @@ fn text(r: &Report) -> String {
     );
     for (file, why) in &r.files_skipped {
         let _ = writeln!(s, "  skipped {file}: {why}");
+    }
+    for (file, note) in &r.notes {
+        let _ = writeln!(s, "  note    {file}: {note}");
     }
     let _ = writeln!(
         s,

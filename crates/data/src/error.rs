@@ -9,8 +9,13 @@ use crate::read::format_ts;
 /// Where in a file a problem is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
-    /// The whole file (header, compression, metadata).
+    /// The whole file (its compression, its kind, what it holds).
     File,
+    /// The file's header (DBN metadata).
+    Header,
+    /// A byte offset into a binary file's decompressed stream, where records cannot be counted
+    /// (a record length that breaks the framing).
+    Byte(u64),
     /// The n-th record of a binary file, counted from 1.
     Record(u64),
     /// A line of a text file, counted from 1 (the header is line 1 when present).
@@ -27,7 +32,9 @@ pub enum Location {
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Location::File => f.write_str("file header"),
+            Location::File => f.write_str("file"),
+            Location::Header => f.write_str("file header"),
+            Location::Byte(n) => write!(f, "byte {n}"),
             Location::Record(n) => write!(f, "record {n}"),
             Location::Line(n) => write!(f, "line {n}"),
             Location::Member { name, line } => write!(f, "member {name}, line {line}"),
@@ -135,3 +142,13 @@ fn list_or_none(v: &[String]) -> String {
 
 /// Result alias for foxhunt-data.
 pub type Result<T, E = DataError> = std::result::Result<T, E>;
+
+/// At most the first 40 characters of `text`, quoted, with how much more there is: how an error
+/// quotes a user's bad input (a 200 MB line must not become a 200 MB message).
+pub(crate) fn excerpt(text: &str) -> String {
+    const MAX: usize = 40;
+    match text.char_indices().nth(MAX) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}... ({} bytes in all)", &text[..end], text.len()),
+    }
+}

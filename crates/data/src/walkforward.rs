@@ -219,7 +219,8 @@ pub fn plan(row_days: &[i32], cfg: &WalkForwardConfig) -> Result<Plan> {
             ("test", &window.test),
         ]
         .iter()
-        .filter(|(_, s)| s.rows.len() < cfg.min_bars)
+        // An empty split is never usable, whatever min_bars says (0 included).
+        .filter(|(_, s)| s.rows.len() < cfg.min_bars.max(1))
         .map(|(n, s)| format!("{n} has {} bars", s.rows.len()))
         .collect();
         if short.is_empty() {
@@ -232,7 +233,11 @@ pub fn plan(row_days: &[i32], cfg: &WalkForwardConfig) -> Result<Plan> {
         } else {
             skipped.push(SkippedWindow {
                 window,
-                reason: format!("{} (need at least {})", short.join(", "), cfg.min_bars),
+                reason: format!(
+                    "{} (need at least {})",
+                    short.join(", "),
+                    cfg.min_bars.max(1)
+                ),
             });
         }
     }

@@ -759,3 +759,230 @@ fn of_several_bad_files_the_first_in_name_order_is_reported() {
         "{msg}"
     );
 }
+
+// ---------------------------------------------------------------- nothing passed over silently
+
+fn esh1() -> SymbolSelector {
+    SymbolSelector::parse("ESH1").expect("valid")
+}
+
+/// The plain (uncompressed) real DBN file: ESH1, two ohlcv-1m records of 56 bytes each.
+fn plain_dbn() -> Vec<u8> {
+    std::fs::read(test_data().join("databento-dbn/dbn__test_data.ohlcv-1m.dbn")).expect("read")
+}
+
+#[test]
+fn links_are_followed_and_every_entry_not_read_is_listed_with_why() {
+    let dir = scratch("links");
+    let data = dir.join("data");
+    std::fs::create_dir_all(data.join("sub")).expect("dir");
+    let real = test_data().join("databento-dbn/dbn__test_data.ohlcv-1m.dbn");
+    std::os::unix::fs::symlink(&real, data.join("linked.dbn")).expect("link");
+    std::os::unix::fs::symlink(data.join("nowhere.dbn"), data.join("dangling.dbn")).expect("link");
+    std::os::unix::fs::symlink(data.join("loop-b.dbn"), data.join("loop-a.dbn")).expect("link");
+    std::os::unix::fs::symlink(data.join("loop-a.dbn"), data.join("loop-b.dbn")).expect("link");
+    let raw = load(&data, &esh1(), &LoadOptions::default());
+    assert_eq!(raw.files, vec![data.join("linked.dbn")], "the link is read");
+    assert_eq!(raw.bar_count(), 2);
+    let skipped: Vec<(String, &str)> = raw
+        .skipped_files
+        .iter()
+        .map(|(p, why)| {
+            let name = p.file_name().expect("name").to_string_lossy().into_owned();
+            (name, why.as_str())
+        })
+        .collect();
+    let names: Vec<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["dangling.dbn", "loop-a.dbn", "loop-b.dbn", "sub"]);
+    assert!(
+        skipped[0].1.starts_with("cannot be followed or read"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped[1].1.contains("symbolic links"),
+        "the loop is named: {skipped:?}"
+    );
+    assert!(skipped[3].1.starts_with("a directory"), "{skipped:?}");
+}
+
+#[test]
+fn records_without_bars_are_counted_by_type_not_dropped_silently() {
+    let mut bytes = plain_dbn();
+    // A 16-byte record of an rtype no DBN version defines, then a known non-bar type (status,
+    // 0x12) of the same length: the decoder passes both; the load must say so.
+    for rtype in [0xEE_u8, 0x12] {
+        let mut rec = vec![0u8; 16];
+        rec[0] = 4; // length in 4-byte words
+        rec[1] = rtype;
+        bytes.extend_from_slice(&rec);
+    }
+    let raw = load_bytes(
+        Path::new("mixed.dbn"),
+        &bytes,
+        &esh1(),
+        &LoadOptions::default(),
+    )
+    .expect("the bars still load");
+    assert_eq!(raw.bar_count(), 2);
+    assert_eq!(raw.notes.len(), 1, "{:?}", raw.notes);
+    let note = &raw.notes[0].1;
+    assert!(
+        note.contains("1 status (rtype 0x12)") && note.contains("1 of unknown rtype 0xee"),
+        "{note}"
+    );
+    // The plain file alone has none.
+    let raw = load_bytes(
+        Path::new("plain.dbn"),
+        &plain_dbn(),
+        &esh1(),
+        &LoadOptions::default(),
+    )
+    .expect("loads");
+    assert!(raw.notes.is_empty(), "{:?}", raw.notes);
+}
+
+#[test]
+fn a_bad_record_length_deep_in_a_file_is_not_blamed_on_the_header() {
+    let mut bytes = plain_dbn();
+    let second = bytes.len() - 56;
+    bytes[second] = 3; // 12 bytes: shorter than any record header
+    let msg = load_bytes(
+        Path::new("deep.dbn"),
+        &bytes,
+        &esh1(),
+        &LoadOptions::default(),
+    )
+    .expect_err("corrupt")
+    .to_string();
+    assert!(
+        msg.starts_with(&format!("deep.dbn: byte {second}: ")) && !msg.contains("file header"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn csv_rows_with_another_number_of_fields_are_rejected_naming_the_line() {
+    let dir = scratch("csv-width");
+    let f = dir.join("es.csv");
+    std::fs::write(
+        &f,
+        "ts,open,high,low,close,volume\n\
+         2024-01-02T14:30:00Z,100,101,99,100.5,10\n\
+         2024-01-02T14:31:00Z,100,101,99,100.5,10,extra\n",
+    )
+    .expect("write");
+    let sel = SymbolSelector::parse("ES").expect("valid");
+    let msg = load_path(&f, &sel, &LoadOptions::default())
+        .expect_err("extra field")
+        .to_string();
+    assert!(
+        msg.contains("es.csv: line 3: 7 fields where the header has 6"),
+        "{msg}"
+    );
+    std::fs::write(
+        &f,
+        "2024-01-02T14:30:00Z,100,101,99,100.5,10\n2024-01-02T14:31:00Z,100,101,99,100.5\n",
+    )
+    .expect("write");
+    let msg = load_path(&f, &sel, &LoadOptions::default())
+        .expect_err("missing field")
+        .to_string();
+    assert!(
+        msg.contains("es.csv: line 2: 5 fields where the first row has 6"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_error_quotes_a_short_excerpt_of_a_huge_line() {
+    let dir = scratch("csv-huge");
+    let f = dir.join("es.csv");
+    // One 2 MB line that is neither a header nor a row.
+    let line = "x".repeat(2 << 20);
+    std::fs::write(&f, format!("{line}\n")).expect("write");
+    let msg = load_path(
+        &f,
+        &SymbolSelector::parse("ES").expect("valid"),
+        &LoadOptions::default(),
+    )
+    .expect_err("no header")
+    .to_string();
+    assert!(msg.len() < 400, "{} bytes: {}", msg.len(), &msg[..400]);
+    assert!(
+        msg.contains("es.csv: line 1:") && msg.contains("bytes in all"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn no_bars_found_lists_the_files_passed_over() {
+    let dir = test_data().join("databento-dbn");
+    let opts = LoadOptions {
+        bar_seconds: 3600 * 24,
+        ..LoadOptions::default()
+    };
+    let msg = load_path(&dir, &es(), &opts)
+        .expect_err("no daily bars")
+        .to_string();
+    assert!(
+        msg.contains("no bars found")
+            && msg.contains("not read")
+            && msg.contains("60 s bars, not the 86400 s bars asked for")
+            && msg.contains("schema"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn periods_beyond_the_calendar_and_empty_splits_are_errors_or_skips_not_panics() {
+    let days: Vec<i32> = (0..400).map(|d| 19_000 + d).collect();
+    for cfg in [
+        WalkForwardConfig::new(
+            Period::Months(u32::MAX),
+            Period::Months(1),
+            Period::Months(1),
+            Period::Months(1),
+        ),
+        WalkForwardConfig {
+            gap: Period::Days(100_000_000),
+            ..WalkForwardConfig::new(
+                Period::Months(1),
+                Period::Months(1),
+                Period::Months(1),
+                Period::Months(1),
+            )
+        },
+        WalkForwardConfig::new(
+            Period::Days(1),
+            Period::Days(1),
+            Period::Days(1),
+            Period::Weeks(u32::MAX),
+        ),
+    ] {
+        let e = plan(&days, &cfg).expect_err("out of range").to_string();
+        assert!(
+            e.contains("beyond the calendar") || e.contains("out of range"),
+            "{e}"
+        );
+    }
+    // min_bars 0 never lets an empty split through.
+    let sparse: Vec<i32> = vec![19_000, 19_001, 19_100, 19_101];
+    let cfg = WalkForwardConfig {
+        min_bars: 0,
+        ..WalkForwardConfig::new(
+            Period::Days(2),
+            Period::Days(2),
+            Period::Days(2),
+            Period::Days(2),
+        )
+    };
+    let p = plan(&sparse, &cfg).expect("plans");
+    for w in &p.windows {
+        assert!(!w.train.rows.is_empty() && !w.val.rows.is_empty() && !w.test.rows.is_empty());
+    }
+    assert!(
+        p.skipped
+            .iter()
+            .all(|s| s.reason.contains("need at least 1"))
+    );
+}

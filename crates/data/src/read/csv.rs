@@ -6,7 +6,7 @@ use std::path::Path;
 use super::timestamp::parse_ts;
 use super::{BarTime, Collector, LoadOptions, Outcome};
 use crate::bar::Bar;
-use crate::error::{DataError, Location, Result};
+use crate::error::{DataError, Location, Result, excerpt};
 
 /// Column positions of one file.
 struct Columns {
@@ -17,6 +17,10 @@ struct Columns {
     fixed_point: bool,
     /// Databento exports without `map_symbols` carry only the instrument id.
     instrument_id: Option<usize>,
+    /// Fields of every row: the header's, or the first row's in a file without one.
+    width: usize,
+    /// Where `width` comes from, for the error of a row with another.
+    width_from: &'static str,
 }
 
 const TS_NAMES: [&str; 8] = [
@@ -85,6 +89,18 @@ pub(super) fn read(
                 )
             }
         };
+        if record.len() != cols.width {
+            return Err(collector.format_error(
+                source,
+                line,
+                format!(
+                    "{} fields where {} has {}",
+                    record.len(),
+                    cols.width_from,
+                    cols.width
+                ),
+            ));
+        }
         let field = |i: usize| record.get(i).unwrap_or("");
         let symbol = match (cols.symbol, cols.instrument_id) {
             (Some(i), _) if !field(i).is_empty() => field(i),
@@ -110,8 +126,9 @@ pub(super) fn read(
                     source,
                     line,
                     format!(
-                        "{} {s:?} is not a number",
-                        ["open", "high", "low", "close", "volume"][k]
+                        "{} {} is not a number",
+                        ["open", "high", "low", "close", "volume"][k],
+                        excerpt(s)
                     ),
                 )
             })?;
@@ -164,12 +181,12 @@ fn header_columns(header: &::csv::StringRecord) -> std::result::Result<Columns, 
         .iter()
         .map(|h| h.trim().to_ascii_lowercase())
         .collect();
+    let shown = excerpt(&names.join(","));
     let find = |cands: &[&str]| cands.iter().find_map(|c| names.iter().position(|n| n == c));
     let ts = find(&TS_NAMES).ok_or_else(|| {
         format!(
-            "header has no timestamp column (looked for {}); header is: {}",
+            "header has no timestamp column (looked for {}); header is: {shown}",
             TS_NAMES.join(", "),
-            names.join(",")
         )
     })?;
     let mut ohlcv = [0usize; 5];
@@ -178,12 +195,8 @@ fn header_columns(header: &::csv::StringRecord) -> std::result::Result<Columns, 
         .enumerate()
     {
         let short = &name[..1];
-        ohlcv[k] = find(&[name, short]).ok_or_else(|| {
-            format!(
-                "header has no {name} column; header is: {}",
-                names.join(",")
-            )
-        })?;
+        ohlcv[k] = find(&[name, short])
+            .ok_or_else(|| format!("header has no {name} column; header is: {shown}"))?;
     }
     let databento = names.iter().any(|n| n == "rtype" || n == "publisher_id");
     Ok(Columns {
@@ -196,6 +209,8 @@ fn header_columns(header: &::csv::StringRecord) -> std::result::Result<Columns, 
         } else {
             None
         },
+        width: names.len(),
+        width_from: "the header",
     })
 }
 
@@ -207,6 +222,8 @@ fn positional_columns(first: &::csv::StringRecord) -> std::result::Result<Column
             symbol: (first.len() == 7).then_some(6),
             fixed_point: false,
             instrument_id: None,
+            width: first.len(),
+            width_from: "the first row",
         }),
         n => Err(format!(
             "headerless CSV must have 6 columns (timestamp,open,high,low,close,volume) or 7 (...,symbol); found {n}"

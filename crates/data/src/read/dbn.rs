@@ -71,6 +71,9 @@ struct Framed<R> {
     pending_len: Option<u8>,
     /// Largest believable metadata length: the file size for plain files.
     max_metadata: u64,
+    /// Where a record's declared length broke the framing: the decoder reads ahead, so this
+    /// error can surface while it is still reading the header, and must not be blamed on it.
+    bad_record_at: Option<u64>,
 }
 
 /// Metadata of a compressed file larger than this is taken as corrupt rather than allocated.
@@ -121,11 +124,13 @@ impl<R: std::io::Read> std::io::Read for Framed<R> {
             let rtype = buf[(at + 1 - start) as usize];
             let len = u64::from(len_byte) * 4;
             if len < 16 || len % 8 != 0 {
+                self.bad_record_at = Some(at);
                 return Err(invalid(format!(
                     "record at byte {at} declares length {len}, not a whole number of 8-byte words"
                 )));
             }
             if OHLCV_RTYPES.contains(&rtype) && len < std::mem::size_of::<OhlcvMsg>() as u64 {
+                self.bad_record_at = Some(at);
                 return Err(invalid(format!(
                     "OHLCV record at byte {at} declares length {len}, shorter than an OHLCV record"
                 )));
@@ -146,7 +151,7 @@ fn decode(
 ) -> Result<Outcome> {
     let file_error = |message: String| DataError::Format {
         path: path.to_path_buf(),
-        location: Location::File,
+        location: Location::Header,
         message,
     };
     let mut framed = Framed {
@@ -156,14 +161,27 @@ fn decode(
         next_record: None,
         pending_len: None,
         max_metadata,
+        bad_record_at: None,
     };
-    let mut decoder = DynDecoder::inferred_with_buffer(
+    let opened = DynDecoder::inferred_with_buffer(
         std::io::BufReader::with_capacity(1 << 16, &mut framed),
         // OHLCV records are laid out alike in every DBN version, so nothing needs upgrading;
         // the upgrade path also trusts record lengths of other rtypes, which a corrupt file breaks.
         VersionUpgradePolicy::AsIs,
-    )
-    .map_err(|e| file_error(format!("not a readable DBN file: {e}")))?;
+    );
+    let mut decoder = match opened {
+        Ok(d) => d,
+        Err(e) => {
+            return Err(DataError::Format {
+                path: path.to_path_buf(),
+                location: match framed.bad_record_at {
+                    Some(at) => Location::Byte(at),
+                    None => Location::Header,
+                },
+                message: format!("not a readable DBN file: {e}"),
+            });
+        }
+    };
     let metadata = decoder.metadata();
     let seconds = match metadata.schema {
         Some(Schema::Ohlcv1S) => 1,
@@ -194,6 +212,7 @@ fn decode(
     // Consecutive records are often of the same instrument: skip the map then.
     let mut last: (u32, Option<usize>) = (u32::MAX, None);
     let mut record_bytes: u64 = 0;
+    let mut other_records: std::collections::BTreeMap<u8, u64> = Default::default();
     loop {
         let record = match decoder.decode_record_ref() {
             Ok(Some(r)) => r,
@@ -208,8 +227,10 @@ fn decode(
         };
         n += 1;
         record_bytes += record.header().record_size() as u64;
-        // Other record types (status, symbol mappings) may be interleaved; they carry no bar.
+        // Other record types (status, symbol mappings) may be interleaved; they carry no bar,
+        // and are counted by type for the load's notes rather than dropped silently.
         let Some(msg) = record.get::<OhlcvMsg>() else {
+            *other_records.entry(record.header().rtype).or_insert(0u64) += 1;
             continue;
         };
         let id = msg.hd.instrument_id;
@@ -262,6 +283,19 @@ fn decode(
         framed.head[7],
     ]));
     let expected = 8 + metadata_len + record_bytes;
+    if !other_records.is_empty() {
+        let kinds: Vec<String> = other_records
+            .iter()
+            .map(|(&rtype, n)| match dbn::RType::try_from(rtype) {
+                Ok(t) => format!("{n} {t} (rtype {rtype:#04x})"),
+                Err(_) => format!("{n} of unknown rtype {rtype:#04x}"),
+            })
+            .collect();
+        collector.note(
+            path,
+            format!("records without bars passed over: {}", kinds.join(", ")),
+        );
+    }
     if framed.count > expected {
         return Err(collector.format_error(
             source,

@@ -90,6 +90,9 @@ pub struct RawData {
     /// Files of the directory not read, each with the reason (name matches no format asked
     /// for, or a DBN file of a schema without bars, such as definitions or trades).
     pub skipped_files: Vec<(PathBuf, String)>,
+    /// What was read past without failing, per file: records of types that carry no bars
+    /// (counted by type), in the order read.
+    pub notes: Vec<(PathBuf, String)>,
     /// Every symbol present in the files, selected or not, sorted.
     pub available: Vec<String>,
     /// The selected contracts, sorted by symbol.
@@ -112,11 +115,21 @@ pub fn load_path(path: &Path, selector: &SymbolSelector, opts: &LoadOptions) -> 
     };
     let meta = std::fs::metadata(path).map_err(io_err)?;
     let mut candidates = Vec::new();
+    let mut skipped = Vec::new();
     if meta.is_dir() {
         for entry in std::fs::read_dir(path).map_err(io_err)? {
             let entry = entry.map_err(io_err)?;
-            if entry.file_type().map_err(io_err)?.is_file() {
-                candidates.push(entry.path());
+            // Symbolic links are followed (metadata, not the entry's own type); a link that
+            // loops or points nowhere cannot be followed and is listed with the reason.
+            let file = entry.path();
+            match std::fs::metadata(&file) {
+                Ok(m) if m.is_file() => candidates.push(file),
+                Ok(m) if m.is_dir() => skipped.push((
+                    file,
+                    "a directory (the data directory's subdirectories are not read)".to_owned(),
+                )),
+                Ok(_) => skipped.push((file, "not a regular file".to_owned())),
+                Err(e) => skipped.push((file, format!("cannot be followed or read: {e}"))),
             }
         }
         // Name order is time order for Databento and Lean daily files; it also makes runs
@@ -125,7 +138,6 @@ pub fn load_path(path: &Path, selector: &SymbolSelector, opts: &LoadOptions) -> 
     } else {
         candidates.push(path.to_path_buf());
     }
-    let mut skipped = Vec::new();
     let mut to_read = Vec::with_capacity(candidates.len());
     for file in candidates {
         match format_of(&file, opts.format) {
@@ -170,7 +182,32 @@ pub fn load_path(path: &Path, selector: &SymbolSelector, opts: &LoadOptions) -> 
             }
         }
     }
-    let mut data = collector.finish(path)?;
+    skipped.sort();
+    let mut data = collector.finish(path).map_err(|e| match e {
+        // Nothing read is clearer with what was passed over, and why.
+        DataError::Empty { dir, message } if !skipped.is_empty() => {
+            let listed: Vec<String> = skipped
+                .iter()
+                .take(8)
+                .map(|(f, why)| format!("{}: {why}", f.display()))
+                .collect();
+            let more = skipped.len().saturating_sub(listed.len());
+            DataError::Empty {
+                dir,
+                message: format!(
+                    "{message}; {} file(s) not read: {}{}",
+                    skipped.len(),
+                    listed.join("; "),
+                    if more > 0 {
+                        format!("; and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ),
+            }
+        }
+        e => e,
+    })?;
     data.skipped_files = skipped;
     Ok(data)
 }
@@ -289,6 +326,7 @@ pub(crate) struct Collector<'a> {
     sources: Vec<Source>,
     slots: Vec<(String, Accumulator)>,
     slot_of: HashMap<String, Option<usize>>,
+    notes: Vec<(PathBuf, String)>,
 }
 
 impl<'a> Collector<'a> {
@@ -299,7 +337,13 @@ impl<'a> Collector<'a> {
             sources: Vec::new(),
             slots: Vec::new(),
             slot_of: HashMap::new(),
+            notes: Vec::new(),
         }
+    }
+
+    /// Records something read past without failing (see [`RawData::notes`]).
+    pub(crate) fn note(&mut self, path: &Path, message: String) {
+        self.notes.push((path.to_path_buf(), message));
     }
 
     /// Registers a source and returns its id for [`Collector::push`].
@@ -358,6 +402,7 @@ impl<'a> Collector<'a> {
         let base = u32::try_from(self.sources.len()).expect("fewer than 4 billion sources");
         self.files.extend(other.files);
         self.sources.extend(other.sources);
+        self.notes.extend(other.notes);
         for symbol in other.slot_of.keys() {
             self.slot(symbol); // records the symbol as available, selected or not
         }
@@ -437,6 +482,7 @@ impl<'a> Collector<'a> {
             source: root.to_path_buf(),
             files: self.files,
             skipped_files: Vec::new(),
+            notes: self.notes,
             available,
             contracts,
         })

@@ -5,7 +5,7 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 
-use crate::error::{DataError, Result};
+use crate::error::{DataError, Result, excerpt};
 
 /// Looks up an IANA time zone name (`America/New_York`, `UTC`) in the bundled database.
 pub fn parse_time_zone(name: &str) -> Result<TimeZone> {
@@ -38,7 +38,7 @@ pub(crate) fn parse_ts(field: &str, tz: &TimeZone) -> std::result::Result<i64, S
     if field.bytes().all(|b| b.is_ascii_digit()) {
         let v: i64 = field
             .parse()
-            .map_err(|_| format!("timestamp {field:?} does not fit in 64 bits"))?;
+            .map_err(|_| format!("timestamp {} does not fit in 64 bits", excerpt(field)))?;
         let scale: i64 = if v < 100_000_000_000 {
             1_000_000_000
         } else if v < 100_000_000_000_000 {
@@ -50,7 +50,7 @@ pub(crate) fn parse_ts(field: &str, tz: &TimeZone) -> std::result::Result<i64, S
         };
         return v
             .checked_mul(scale)
-            .ok_or_else(|| format!("timestamp {field:?} is out of range"));
+            .ok_or_else(|| format!("timestamp {} is out of range", excerpt(field)));
     }
     if let Ok(t) = field.parse::<Timestamp>() {
         return to_ns(t);
@@ -61,14 +61,15 @@ pub(crate) fn parse_ts(field: &str, tz: &TimeZone) -> std::result::Result<i64, S
             Ok(d) => d.to_datetime(jiff::civil::Time::midnight()),
             Err(_) => {
                 return Err(format!(
-                    "cannot read timestamp {field:?}: expected epoch s/ms/us/ns, RFC 3339, or YYYY-MM-DD HH:MM:SS"
+                    "cannot read timestamp {}: expected epoch s/ms/us/ns, RFC 3339, or YYYY-MM-DD HH:MM:SS",
+                    excerpt(field)
                 ));
             }
         },
     };
     let t = tz
         .to_timestamp(civil)
-        .map_err(|e| format!("timestamp {field:?} in the time zone: {e}"))?;
+        .map_err(|e| format!("timestamp {} in the time zone: {e}", excerpt(field)))?;
     to_ns(t)
 }
 
