@@ -589,3 +589,39 @@ fn a_run_directory_is_new_empty_or_a_run_and_has_one_process_at_a_time() {
     assert!(err(&out).contains("holds no foxhunt run"), "{}", err(&out));
     assert!(!scratch.join("none").exists());
 }
+
+#[test]
+fn resume_refuses_a_change_of_how_the_data_is_read() {
+    let scratch = Scratch::new("cli-resume-reading");
+    let dir = scratch.join("run");
+    let out = train_small(&dir, &["--stop-after-epochs", "1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (extra, names) in [
+        (
+            &["--tz", "America/Chicago"][..],
+            "source.loader.tz: \"UTC\" -> \"America/Chicago\"",
+        ),
+        (&["--bar-time", "end"], "source.loader.bar_time"),
+    ] {
+        let mut args = vec!["--resume"];
+        args.extend(extra);
+        let out = train_small(&dir, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(
+            err.contains(names),
+            "{extra:?}: expected {names:?} in {err}"
+        );
+    }
+    let out = train_small(&dir, &["--resume"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -166,6 +166,53 @@ fn a_stopped_run_resumes_to_identical_results() {
     assert!(e.to_string().contains("train.seed: 11 -> 12"), "{e}");
 }
 
+/// Resume state is trusted only as written: a changed byte in any file a resume reads (a
+/// checkpoint, the replay, progress, a finished window's report, phases or curves) is refused,
+/// naming the file; restored, the same run resumes.
+#[test]
+fn damaged_resume_state_is_refused_naming_the_file() {
+    let cfg = small();
+    let (_t, parts) = scratch("damaged");
+    run(&cfg, &parts, false, Some(4)).expect_err("stops inside window 1");
+    let files = [
+        "windows/window-000/report.json",
+        "windows/window-000/phases.json",
+        "windows/window-000/curves.json",
+        "windows/window-001/progress.json",
+        "windows/window-001/epoch-000.ckpt",
+        "windows/window-001/epoch-000.replay",
+    ];
+    for f in files {
+        let path = parts.join(f);
+        let good = std::fs::read(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let mut bad = good.clone();
+        if f.ends_with(".json") {
+            // An edit a person could make: one digit of a value changed, still valid JSON.
+            let at = (good.len() / 2..good.len())
+                .chain(0..good.len() / 2)
+                .find(|&i| good[i].is_ascii_digit())
+                .expect("a digit");
+            bad[at] = if good[at] == b'7' { b'8' } else { b'7' };
+        } else {
+            bad[good.len() / 2] ^= 0x01;
+        }
+        std::fs::write(&path, &bad).expect("damage");
+        let e = run(&cfg, &parts, true, None).expect_err("damaged state refused");
+        let msg = e.to_string();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            msg.contains(&name) && msg.contains("changed after foxhunt wrote"),
+            "{f}: {msg}"
+        );
+        std::fs::write(&path, &good).expect("restore");
+    }
+    run(&cfg, &parts, true, None).expect("restored state resumes");
+}
+
 #[test]
 fn a_non_finite_loss_fails_its_window_and_the_run_goes_on() {
     let (_tmp, out) = scratch("nan");

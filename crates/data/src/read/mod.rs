@@ -186,24 +186,25 @@ pub fn load_path(path: &Path, selector: &SymbolSelector, opts: &LoadOptions) -> 
     let mut data = collector.finish(path).map_err(|e| match e {
         // Nothing read is clearer with what was passed over, and why.
         DataError::Empty { dir, message } if !skipped.is_empty() => {
-            let listed: Vec<String> = skipped
+            // Grouped by reason, with one file as an example: a year of daily files of another
+            // bar size is one line, not 250.
+            let mut reasons: Vec<(&str, usize, &Path)> = Vec::new();
+            for (f, why) in &skipped {
+                match reasons.iter_mut().find(|r| r.0 == why) {
+                    Some(r) => r.1 += 1,
+                    None => reasons.push((why, 1, f)),
+                }
+            }
+            let listed: Vec<String> = reasons
                 .iter()
-                .take(8)
-                .map(|(f, why)| format!("{}: {why}", f.display()))
+                .map(|(why, n, f)| match n {
+                    1 => format!("{}: {why}", f.display()),
+                    n => format!("{n} files ({} and others): {why}", f.display()),
+                })
                 .collect();
-            let more = skipped.len().saturating_sub(listed.len());
             DataError::Empty {
                 dir,
-                message: format!(
-                    "{message}; {} file(s) not read: {}{}",
-                    skipped.len(),
-                    listed.join("; "),
-                    if more > 0 {
-                        format!("; and {more} more")
-                    } else {
-                        String::new()
-                    }
-                ),
+                message: format!("{message}; not read: {}", listed.join("; ")),
             }
         }
         e => e,
