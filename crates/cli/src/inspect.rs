@@ -187,6 +187,12 @@ fn text(r: &Report) -> String {
             price(roll.difference()),
             roll.ratio()
         );
+        if let Some(days) = roll.break_days {
+            let _ = writeln!(
+                s,
+                "    after {days} days without data: a new segment, not adjusted across (no move booked across the hole)"
+            );
+        }
     }
     let _ = writeln!(
         s,

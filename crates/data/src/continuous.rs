@@ -11,7 +11,10 @@ use crate::read::{ContractSeries, format_ts};
 use crate::session::{SessionCalendar, day_to_date};
 use crate::symbol::ContractCode;
 
-/// How earlier contracts' prices are adjusted to line up with the latest contract.
+/// How earlier contracts' prices are adjusted to line up with the latest contract, in the
+/// continuous series a user looks at (`data inspect`, [`ContinuousSeries::adjusted`]). Results
+/// never depend on it: features come from each session's raw prices, and PnL from
+/// [`ContinuousSeries::traded_bars`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -19,7 +22,7 @@ pub enum Adjustment {
     /// Raw prices; the series jumps at each roll.
     None,
     /// Add the price gap at each roll to all earlier bars (Panama canal). Keeps price
-    /// differences, so PnL in currency stays exact; prices far back may become negative.
+    /// differences; prices far back may become negative.
     #[default]
     Difference,
     /// Multiply earlier bars by the price ratio at each roll. Keeps returns.
@@ -44,7 +47,18 @@ pub struct Roll {
     pub from_price: f64,
     /// New contract's price at the reference.
     pub to_price: f64,
+    /// Days of no data before the roll's session, when longer than [`BREAK_DAYS`]: the series
+    /// is not back-adjusted across such a hole (its two sides are separate segments), since no
+    /// contract was held through it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub break_days: Option<i32>,
 }
+
+/// A hole in the data longer than this many days, across which the front contract changes,
+/// ends an adjustment segment instead of being adjusted across: longer than a front month's
+/// life (a quarterly contract is front for about 91 days), so no position was rolled through
+/// it.
+pub const BREAK_DAYS: i32 = 120;
 
 impl Roll {
     /// `to_price - from_price`, added to earlier bars by difference adjustment.
@@ -105,6 +119,28 @@ impl ContinuousSeries {
     /// Whether the series has no bars.
     pub fn is_empty(&self) -> bool {
         self.raw.is_empty()
+    }
+    /// The bars PnL is booked on, whatever `adjustment` says: each contract's raw prices
+    /// shifted by a constant, so every move within a contract is its raw move, and joined at
+    /// each roll by the roll's price difference (so carrying a position through a roll books
+    /// the old contract's moves up to the reference and the new one's after). Adjusted forward
+    /// from the first contract, so a row's prices depend on no later data. A hole of
+    /// [`BREAK_DAYS`] is joined the same way: no move is booked across it.
+    pub fn traded_bars(&self) -> impl Iterator<Item = Bar> + '_ {
+        let mut offsets = Vec::with_capacity(self.rolls.len() + 1);
+        let mut offset = 0.0;
+        offsets.push((0, offset));
+        for roll in &self.rolls {
+            offset -= roll.difference();
+            offsets.push((roll.row, offset));
+        }
+        offsets
+            .into_iter()
+            .enumerate()
+            .flat_map(move |(i, (start, by))| {
+                let end = self.rolls.get(i).map_or(self.raw.len(), |r| r.row);
+                self.raw[start..end].iter().map(move |&b| b.shifted(by))
+            })
     }
     /// The back-adjusted bar of `row`.
     pub fn adjusted(&self, row: usize) -> Bar {
@@ -266,6 +302,7 @@ pub fn build_continuous(
                 old,
                 k,
                 day,
+                *session_days.last().expect("a front contract had a session"),
                 row,
                 &days,
             ));
@@ -305,6 +342,7 @@ fn roll_between(
     old_k: usize,
     new_k: usize,
     day: i32,
+    previous_day: i32,
     row: usize,
     days: &[Vec<i32>],
 ) -> Roll {
@@ -340,6 +378,7 @@ fn roll_between(
         reference_time: format_ts(ts),
         from_price,
         to_price,
+        break_days: Some(day - previous_day).filter(|&d| d > BREAK_DAYS),
     }
 }
 
@@ -358,6 +397,8 @@ fn segments(rolls: &[Roll], adjustment: Adjustment) -> Vec<(usize, f64)> {
     for (i, roll) in rolls.iter().enumerate().rev() {
         acc = match adjustment {
             Adjustment::None => neutral,
+            // Across a hole in the data the earlier side lines up with itself only.
+            _ if roll.break_days.is_some() => neutral,
             Adjustment::Difference => acc + roll.difference(),
             Adjustment::Ratio => acc * roll.ratio(),
         };

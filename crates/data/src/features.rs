@@ -52,8 +52,10 @@ impl FeatureConfig {
 
 /// The feature matrix of a continuous series and the price columns the environment needs.
 ///
-/// `values` is row-major `[rows, cols]` f32. `open`/`close` are the back-adjusted prices (f64,
-/// exact tick arithmetic) of each row; `session` is the session index per row.
+/// `values` is row-major `[rows, cols]` f32. `open`/`close` are the traded prices (f64, exact
+/// tick arithmetic) of each row, [`ContinuousSeries::traded_bars`]: raw moves within a
+/// contract, joined at rolls, the same under every adjustment; `session` is the session index
+/// per row.
 #[derive(Debug, Clone, Serialize)]
 pub struct FeatureMatrix {
     /// Column names, `[cols]`.
@@ -66,9 +68,9 @@ pub struct FeatureMatrix {
     pub values: Vec<f32>,
     /// Bar start per row, ns UTC, `[rows]`.
     pub ts: Vec<i64>,
-    /// Adjusted open per row, `[rows]`.
+    /// Traded open per row, `[rows]`.
     pub open: Vec<f64>,
-    /// Adjusted close per row, `[rows]`.
+    /// Traded close per row, `[rows]`.
     pub close: Vec<f64>,
     /// Session index per row, `[rows]`.
     pub session: Vec<u32>,
@@ -122,10 +124,9 @@ pub fn compute_features(
         }
         fill_rows(series, calendar, cfg, 0..split, head);
     });
-    let (open, close) = series
-        .adjusted_bars()
-        .map(|b| (b.open(), b.close()))
-        .unzip();
+    // PnL is booked on the traded prices, never the display adjustment: results do not
+    // depend on --adjustment.
+    let (open, close) = series.traded_bars().map(|b| (b.open(), b.close())).unzip();
     FeatureMatrix {
         names,
         rows,

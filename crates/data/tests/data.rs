@@ -986,3 +986,25 @@ fn periods_beyond_the_calendar_and_empty_splits_are_errors_or_skips_not_panics()
             .all(|s| s.reason.contains("need at least 1"))
     );
 }
+
+#[test]
+fn a_hole_longer_than_a_front_month_ends_an_adjustment_segment() {
+    let ds = foxhunt_testkit::es_dataset();
+    let s = &ds.series;
+    let breaks: Vec<Option<i32>> = s.rolls.iter().map(|r| r.break_days).collect();
+    // 2013-12 to 2020-01: the only roll across a hole; the others are ordinary.
+    assert_eq!(breaks.len(), 4, "{:?}", s.rolls);
+    assert!(breaks[..3].iter().all(Option::is_none), "{breaks:?}");
+    let days = breaks[3].expect("the six-year hole");
+    assert!(
+        days > foxhunt_data::continuous::BREAK_DAYS && days > 2000,
+        "{days}"
+    );
+    // Before the hole, bars line up with the last contract before it (ESH4), not with ESH0:
+    // the break's 1403-point difference is not added to them.
+    let before = s.rolls[3].row - 1;
+    assert_eq!(s.adjusted(before).close(), s.raw[before].close());
+    let first = 0;
+    let shift: f64 = s.rolls[..3].iter().map(|r| r.difference()).sum();
+    assert_eq!(s.adjusted(first).close(), s.raw[first].close() + shift);
+}

@@ -431,3 +431,61 @@ fn episodes_can_start_at_given_bars() {
         assert!(env.reset_to(&bad, &mut obs).is_err(), "{bad:?}");
     }
 }
+
+/// PnL is the traded contract's: the same backtest, with a position carried through every
+/// roll of the bundled data (four, one of them across a six-year hole), books the same money,
+/// to the bit, whichever adjustment the continuous series is shown with; and within a contract
+/// every move booked is that contract's raw move.
+#[test]
+fn pnl_is_the_same_under_every_adjustment() {
+    use foxhunt_data::{Adjustment, Dataset, FeatureConfig, LoadOptions, SessionCalendar};
+    let load = |adjustment| {
+        Dataset::load(
+            &foxhunt_testkit::test_data().join("futures-baseline"),
+            &foxhunt_data::SymbolSelector::parse("ES.FUT").expect("valid"),
+            &LoadOptions::default(),
+            &SessionCalendar::cme(),
+            adjustment,
+            &FeatureConfig::default(),
+        )
+        .expect("loads")
+    };
+    let cfg = EnvConfig {
+        session_rule: SessionRule::Hold,
+        ..EnvConfig::default()
+    };
+    let x = es_exec();
+    let mut results = Vec::new();
+    for adjustment in [Adjustment::None, Adjustment::Difference, Adjustment::Ratio] {
+        let d = load(adjustment);
+        assert!(d.series.rolls.len() >= 4, "rolls to carry through");
+        let m = MarketData::from_features(&d.features, 0..d.features.rows, None).expect("market");
+        // Within a contract, the traded close moves exactly as the raw close.
+        for t in 1..m.rows() {
+            if m.contract()[t] == m.contract()[t - 1] {
+                assert_eq!(
+                    m.close()[t] - m.close()[t - 1],
+                    d.series.raw[t].close() - d.series.raw[t - 1].close(),
+                    "row {t}"
+                );
+            }
+        }
+        let r = backtest(&m, &x, &cfg, 0..m.rows(), 100_000.0, &mut BuyAndHold).expect("runs");
+        assert!(r.metrics.trades > 0);
+        results.push((adjustment, r.metrics.total_pnl, r.equity));
+    }
+    for (adjustment, pnl, equity) in &results[1..] {
+        assert_eq!(
+            pnl.to_bits(),
+            results[0].1.to_bits(),
+            "{adjustment:?}: {pnl} vs {}",
+            results[0].1
+        );
+        assert_eq!(equity, &results[0].2, "{adjustment:?}");
+    }
+    // And the display adjustment does differ, so the test compares something.
+    assert_ne!(
+        load(Adjustment::None).series.adjusted(0).close(),
+        load(Adjustment::Difference).series.adjusted(0).close()
+    );
+}
