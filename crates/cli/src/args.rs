@@ -46,6 +46,9 @@ pub struct LoaderArgs {
     /// Back-adjustment of the continuous series.
     #[arg(long, value_enum, default_value_t = Adjustment::Difference)]
     pub adjustment: Adjustment,
+    /// Keep bars the data-quality check finds implausible (listed), instead of refusing them.
+    #[arg(long)]
+    pub allow_outliers: bool,
 }
 
 impl LoaderArgs {
@@ -60,6 +63,7 @@ impl LoaderArgs {
             tz: parse_time_zone(&self.tz)?,
             bar_time: self.bar_time,
             bar_seconds: self.bar_seconds,
+            allow_outliers: self.allow_outliers,
         };
         let data = foxhunt_data::Dataset::load(
             &self.data_dir,
@@ -647,6 +651,7 @@ mod tests {
             ("bar_time", &["--bar-time", "end"]),
             ("bar_seconds", &["--bar-seconds", "300"]),
             ("adjustment", &["--adjustment", "ratio"]),
+            ("allow_outliers", &["--allow-outliers"]),
             ("specs", &["--specs", "specs.toml"]),
             ("train_months", &["--train-months", "4"]),
             ("train_weeks", &["!--train-months", "--train-weeks", "5"]),

@@ -75,6 +75,21 @@ pub enum DataError {
         /// What is wrong with the bar.
         problem: BarError,
     },
+    /// A bar the data-quality check finds implausible (see `read::outliers`).
+    #[error(
+        "{}: {location}: {symbol}: implausible bar: {message}; fix the data or pass --allow-outliers to keep it",
+        path.display()
+    )]
+    Implausible {
+        /// The file.
+        path: PathBuf,
+        /// Where in it.
+        location: Location,
+        /// The contract's symbol.
+        symbol: String,
+        /// What is implausible.
+        message: String,
+    },
     /// A contract's timestamps go backwards within a file.
     #[error(
         "{}: {location}: {symbol}: timestamp {} is before the previous bar's {}; bars must be in time order",

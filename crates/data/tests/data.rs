@@ -480,17 +480,17 @@ fn back_adjustment_shifts_or_scales_only_earlier_bars() {
         none.raw[last],
         "latest contract keeps real prices"
     );
-    // Between the two rolls: shifted by the second roll's gap only; before the first, by both.
+    // The second roll comes after the six-year hole: a new segment, not adjusted across. So
+    // between the two rolls prices are ESH4's own, and before the first they are shifted by the
+    // first roll's gap alone.
+    assert!(r0.break_days.is_none() && r1.break_days.is_some());
     let mid = r0.row;
-    assert_eq!(
-        diff.adjusted(mid).close(),
-        none.raw[mid].close() + r1.difference()
-    );
+    assert_eq!(diff.adjusted(mid).close(), none.raw[mid].close());
     assert_eq!(
         diff.adjusted(0).close(),
-        none.raw[0].close() + r1.difference() + r0.difference()
+        none.raw[0].close() + r0.difference()
     );
-    let expect_ratio = none.raw[0].close() * r1.ratio() * r0.ratio();
+    let expect_ratio = none.raw[0].close() * r0.ratio();
     assert!((ratio.adjusted(0).close() - expect_ratio).abs() < 1e-9 * expect_ratio);
     // Difference adjustment keeps every within-session price difference exactly.
     let d = |s: &ContinuousSeries, i: usize| s.adjusted(i).close() - s.adjusted(i - 1).close();
@@ -565,8 +565,11 @@ fn feature_values_match_their_definitions() {
     );
     assert_eq!(f.row(first)[col("session_age")], 0.0);
     assert!(f.values.iter().all(|v| v.is_finite()));
-    // Price columns are the adjusted ones.
-    assert_eq!(f.close[0], s.adjusted(0).close());
+    // Price columns are the traded ones: adjusted forward, so the first contract keeps its
+    // own prices, and the same whatever the series' adjustment.
+    assert_eq!(f.close[0], s.raw[0].close());
+    let traded: Vec<f64> = s.traded_bars().map(|b| b.close()).collect();
+    assert_eq!(f.close, traded);
 }
 
 #[test]
@@ -1007,4 +1010,52 @@ fn a_hole_longer_than_a_front_month_ends_an_adjustment_segment() {
     let first = 0;
     let shift: f64 = s.rolls[..3].iter().map(|r| r.difference()).sum();
     assert_eq!(s.adjusted(first).close(), s.raw[first].close() + shift);
+}
+
+#[test]
+fn implausible_bars_are_refused_naming_the_record_unless_allowed() {
+    let dir = scratch("outliers");
+    let f = dir.join("ESH4.csv");
+    let mut text = String::from("ts,open,high,low,close,volume\n");
+    for m in 0..30 {
+        let p = 4000.0 + f64::from(m % 5) * 0.25;
+        let high = if m == 17 { 1e308 } else { p + 0.5 };
+        text.push_str(&format!(
+            "2024-01-02T14:{m:02}:00Z,{p},{high},{},{p},10\n",
+            p - 0.5
+        ));
+    }
+    std::fs::write(&f, &text).expect("write");
+    let sel = SymbolSelector::parse("ESH4").expect("valid");
+    let msg = load_path(&f, &sel, &LoadOptions::default())
+        .expect_err("1e308 among bars near 4000")
+        .to_string();
+    assert!(
+        msg.contains("ESH4.csv: line 19: ESH4: implausible bar: high 1e308")
+            && msg.contains("--allow-outliers"),
+        "{msg}"
+    );
+    let opts = LoadOptions {
+        allow_outliers: true,
+        ..LoadOptions::default()
+    };
+    let raw = load(&f, &sel, &opts);
+    assert_eq!(raw.bar_count(), 30);
+    assert!(
+        raw.notes
+            .iter()
+            .any(|(_, n)| n.contains("implausible bars kept") && n.contains("line 19")),
+        "{:?}",
+        raw.notes
+    );
+    // Real bars pass: every bundled data set loads with the check on.
+    for name in ["futures-baseline", "cme-6e-1min-2024-01"] {
+        let sel = SymbolSelector::parse(if name.starts_with("cme") {
+            "6EH4"
+        } else {
+            "ES.FUT"
+        })
+        .expect("valid");
+        load(&test_data().join(name), &sel, &LoadOptions::default());
+    }
 }

@@ -58,6 +58,9 @@ pub struct LoadOptions {
     /// Bar length in seconds. Turns CSV bar-end stamps into bar-start, and picks which DBN files
     /// of a directory are read (ohlcv-1m for 60): bars of different lengths never mix. Default 60.
     pub bar_seconds: i64,
+    /// Keep bars the data-quality check finds implausible ([`outliers`]), listing them in the
+    /// load's notes, instead of refusing the data. Default false.
+    pub allow_outliers: bool,
 }
 
 impl Default for LoadOptions {
@@ -67,6 +70,7 @@ impl Default for LoadOptions {
             tz: TimeZone::UTC,
             bar_time: BarTime::Start,
             bar_seconds: 60,
+            allow_outliers: false,
         }
     }
 }
@@ -183,32 +187,34 @@ pub fn load_path(path: &Path, selector: &SymbolSelector, opts: &LoadOptions) -> 
         }
     }
     skipped.sort();
-    let mut data = collector.finish(path).map_err(|e| match e {
-        // Nothing read is clearer with what was passed over, and why.
-        DataError::Empty { dir, message } if !skipped.is_empty() => {
-            // Grouped by reason, with one file as an example: a year of daily files of another
-            // bar size is one line, not 250.
-            let mut reasons: Vec<(&str, usize, &Path)> = Vec::new();
-            for (f, why) in &skipped {
-                match reasons.iter_mut().find(|r| r.0 == why) {
-                    Some(r) => r.1 += 1,
-                    None => reasons.push((why, 1, f)),
+    let mut data = collector
+        .finish(path, opts.allow_outliers)
+        .map_err(|e| match e {
+            // Nothing read is clearer with what was passed over, and why.
+            DataError::Empty { dir, message } if !skipped.is_empty() => {
+                // Grouped by reason, with one file as an example: a year of daily files of another
+                // bar size is one line, not 250.
+                let mut reasons: Vec<(&str, usize, &Path)> = Vec::new();
+                for (f, why) in &skipped {
+                    match reasons.iter_mut().find(|r| r.0 == why) {
+                        Some(r) => r.1 += 1,
+                        None => reasons.push((why, 1, f)),
+                    }
+                }
+                let listed: Vec<String> = reasons
+                    .iter()
+                    .map(|(why, n, f)| match n {
+                        1 => format!("{}: {why}", f.display()),
+                        n => format!("{n} files ({} and others): {why}", f.display()),
+                    })
+                    .collect();
+                DataError::Empty {
+                    dir,
+                    message: format!("{message}; not read: {}", listed.join("; ")),
                 }
             }
-            let listed: Vec<String> = reasons
-                .iter()
-                .map(|(why, n, f)| match n {
-                    1 => format!("{}: {why}", f.display()),
-                    n => format!("{n} files ({} and others): {why}", f.display()),
-                })
-                .collect();
-            DataError::Empty {
-                dir,
-                message: format!("{message}; not read: {}", listed.join("; ")),
-            }
-        }
-        e => e,
-    })?;
+            e => e,
+        })?;
     data.skipped_files = skipped;
     Ok(data)
 }
@@ -234,7 +240,7 @@ pub fn load_bytes(
             message,
         });
     }
-    collector.finish(name)
+    collector.finish(name, opts.allow_outliers)
 }
 
 fn read_bytes(
@@ -449,7 +455,7 @@ impl<'a> Collector<'a> {
         }
     }
 
-    fn finish(self, root: &Path) -> Result<RawData> {
+    fn finish(mut self, root: &Path, allow_outliers: bool) -> Result<RawData> {
         let available: Vec<String> = self
             .slot_of
             .keys()
@@ -474,8 +480,30 @@ impl<'a> Collector<'a> {
             });
         }
         let mut contracts = Vec::with_capacity(self.slots.len());
-        for (symbol, acc) in self.slots {
-            let bars = merge_sorted(&self.sources, &symbol, acc)?;
+        for (symbol, acc) in std::mem::take(&mut self.slots) {
+            let order = merge_sorted(&self.sources, &symbol, &acc)?;
+            let bars: Vec<Bar> = order.iter().map(|&i| acc.bars[i]).collect();
+            let found = outliers(&bars);
+            if let Some(first) = found.first() {
+                let (source, position) = acc.provenance(order[first.row]);
+                let src = &self.sources[source as usize];
+                if !allow_outliers {
+                    return Err(DataError::Implausible {
+                        path: src.path.clone(),
+                        location: src.location(position),
+                        symbol,
+                        message: format!("{} ({} such bars in all)", first.why, found.len()),
+                    });
+                }
+                let note = format!(
+                    "{symbol}: {} implausible bars kept (--allow-outliers), the first at {}: {}",
+                    found.len(),
+                    src.location(position),
+                    first.why
+                );
+                let path = src.path.clone();
+                self.notes.push((path, note));
+            }
             contracts.push(ContractSeries { symbol, bars });
         }
         contracts.sort_by(|a, b| a.symbol.cmp(&b.symbol));
@@ -490,11 +518,86 @@ impl<'a> Collector<'a> {
     }
 }
 
-/// Orders one contract's bars from all sources in time and rejects duplicates.
-fn merge_sorted(sources: &[Source], symbol: &str, acc: Accumulator) -> Result<Vec<Bar>> {
+/// An implausible bar: its row in the contract's merged bars, and why.
+#[derive(Debug, Clone)]
+pub struct Outlier {
+    /// Row in the contract's bars (time order).
+    pub row: usize,
+    /// What is implausible, with the numbers.
+    pub why: String,
+}
+
+/// A bar moving more than this fraction of the reference price away from it is implausible
+/// (exchange price limits stop index futures well inside 20% in a day, let alone a bar)...
+const OUTLIER_FRACTION: f64 = 0.2;
+/// ... unless the contract's typical move allows it: this many median close-to-close moves.
+const OUTLIER_MEDIAN_MOVES: f64 = 50.0;
+
+/// The data-quality check: bars whose high or low lies further from the reference price (the
+/// previous close; the next close for the first bar) than both 20% of that price and 50 of
+/// the contract's median close-to-close moves. Catches a high of 1e308 among bars near 4000 or
+/// a price written in other units, and passes real fast markets.
+pub fn outliers(bars: &[Bar]) -> Vec<Outlier> {
+    if bars.len() < 2 {
+        return Vec::new();
+    }
+    let mut moves: Vec<f64> = bars
+        .windows(2)
+        .map(|w| (w[1].close() - w[0].close()).abs())
+        .filter(|&m| m > 0.0)
+        .collect();
+    let median = if moves.is_empty() {
+        0.0
+    } else {
+        let mid = moves.len() / 2;
+        *moves.select_nth_unstable_by(mid, f64::total_cmp).1
+    };
+    let mut out = Vec::new();
+    for (t, bar) in bars.iter().enumerate() {
+        let reference = if t == 0 {
+            bars[1].close()
+        } else {
+            bars[t - 1].close()
+        };
+        let limit = (OUTLIER_FRACTION * reference.abs()).max(OUTLIER_MEDIAN_MOVES * median);
+        let far = (bar.high() - reference)
+            .abs()
+            .max((bar.low() - reference).abs());
+        if far > limit {
+            out.push(Outlier {
+                row: t,
+                why: format!(
+                    "high {} / low {} lie {} from the {} close {}, beyond the plausible {} (20% \
+                     of the price, or 50 median moves of {})",
+                    show(bar.high()),
+                    show(bar.low()),
+                    show(far),
+                    if t == 0 { "next" } else { "previous" },
+                    show(reference),
+                    show(limit),
+                    show(median)
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// A price for a message: exponent form when huge, else rounded to 1e-6.
+fn show(v: f64) -> String {
+    if v.abs() >= 1e9 {
+        format!("{v:e}")
+    } else {
+        format!("{}", (v * 1e6).round() / 1e6)
+    }
+}
+
+/// Orders one contract's bars from all sources in time and rejects duplicates: the indices of
+/// `acc.bars` in time order.
+fn merge_sorted(sources: &[Source], symbol: &str, acc: &Accumulator) -> Result<Vec<usize>> {
     let sorted = acc.bars.windows(2).all(|w| w[0].ts() < w[1].ts());
     if sorted {
-        return Ok(acc.bars);
+        return Ok((0..acc.bars.len()).collect());
     }
     let mut order: Vec<usize> = (0..acc.bars.len()).collect();
     // Stable, so that of two equal stamps the one read first is reported as the original.
@@ -513,5 +616,5 @@ fn merge_sorted(sources: &[Source], symbol: &str, acc: Accumulator) -> Result<Ve
             });
         }
     }
-    Ok(order.into_iter().map(|i| acc.bars[i]).collect())
+    Ok(order)
 }
