@@ -625,3 +625,81 @@ fn resume_refuses_a_change_of_how_the_data_is_read() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Two real processes on one run directory: one trains, the other is refused (by the lock while
+/// the first runs, or as a directory holding a run once it is done), and what the first wrote
+/// is whole. A lock file left by a process that is gone blocks nothing.
+#[test]
+fn two_processes_on_one_run_directory_never_both_run() {
+    let scratch = Scratch::new("cli-two");
+    let dir = scratch.join("run");
+    let spawn = || {
+        let d = dir.display().to_string();
+        Command::new(env!("CARGO_BIN_EXE_foxhunt"))
+            .args([
+                "train",
+                "--data-dir",
+                "test_data/futures-baseline",
+                "--symbol",
+                "ES.FUT",
+                "--train-months",
+                "3",
+                "--val-months",
+                "1",
+                "--test-months",
+                "1",
+                "--step-months",
+                "1",
+                "--epochs",
+                "2",
+                "--max-steps-per-epoch",
+                "20",
+                "--envs",
+                "4",
+                "--hidden",
+                "8",
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--out",
+                &d,
+            ])
+            .current_dir(root())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starts")
+    };
+    let (a, b) = (spawn(), spawn());
+    let outs = [
+        a.wait_with_output().expect("runs"),
+        b.wait_with_output().expect("runs"),
+    ];
+    let ok: Vec<&Output> = outs.iter().filter(|o| o.status.success()).collect();
+    assert_eq!(ok.len(), 1, "exactly one trains: {outs:?}");
+    let refused = outs
+        .iter()
+        .find(|o| !o.status.success())
+        .expect("one refused");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is using") || err.contains("already holds a run"),
+        "{err}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report"))
+            .expect("the winner's report is whole");
+    assert!(r["windows"].is_array());
+
+    // A stale lock file (its process long gone) in an otherwise empty directory: taken over.
+    let stale = scratch.join("stale");
+    std::fs::create_dir_all(&stale).expect("dir");
+    std::fs::write(stale.join(".lock"), "pid 4000000000\n").expect("write");
+    let out = train_small(&stale, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

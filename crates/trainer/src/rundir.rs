@@ -27,17 +27,24 @@ pub(crate) fn prepare(
             out.display()
         ))
     };
+    // A directory foxhunt has locked before is probed first: while another process works in
+    // it, its files (temporary ones included) are that run's, and the answer is "busy".
+    let mut lock = match out.join(foxhunt_fs::LOCK_FILE).exists() {
+        true => Some(foxhunt_fs::lock_dir(out)?),
+        false => None,
+    };
     if resume && !path.exists() {
         return Err(TrainError::Options(format!(
             "--resume: {} holds no foxhunt run (no config.json)",
             out.display()
         )));
     }
-    if !resume {
+    // Checked before a lock file is made in a directory without one, so that a refused
+    // directory of the user's is left as it was.
+    let check_unused = || {
         if path.exists() {
             return Err(taken());
         }
-        // Checked before the lock file is made, so a refused directory is left as it was.
         if let Ok(entries) = std::fs::read_dir(out)
             && let Some(e) = entries
                 .filter_map(|e| e.ok())
@@ -50,13 +57,20 @@ pub(crate) fn prepare(
                 e.file_name().to_string_lossy()
             )));
         }
+        Ok(())
+    };
+    if !resume {
+        check_unused()?;
     }
-    std::fs::create_dir_all(out).map_err(|source| foxhunt_fs::FsError {
-        path: out.to_path_buf(),
-        what: "create the directory",
-        source,
-    })?;
-    let lock = foxhunt_fs::lock_dir(out)?;
+    if lock.is_none() {
+        std::fs::create_dir_all(out).map_err(|source| foxhunt_fs::FsError {
+            path: out.to_path_buf(),
+            what: "create the directory",
+            source,
+        })?;
+        lock = Some(foxhunt_fs::lock_dir(out)?);
+    }
+    let lock = lock.expect("taken above");
     if resume {
         let saved: serde_json::Value = read_json(&path)?;
         if &saved != config {
@@ -68,10 +82,8 @@ pub(crate) fn prepare(
         }
         return Ok(lock);
     }
-    // Another process may have started a run here between the check and the lock.
-    if path.exists() {
-        return Err(taken());
-    }
+    // Another process may have run here between the check and the lock.
+    check_unused()?;
     write_json(&path, config)?;
     Ok(lock)
 }
