@@ -486,6 +486,15 @@ pub struct TrainArgs {
     /// TOML file of contract specs laid over the built-in ones.
     #[arg(long)]
     pub specs: Option<PathBuf>,
+    /// Train only shard K of N (window w belongs to shard w mod N) in a run directory that
+    /// all N shards share [default: from SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX), or
+    /// JOB_COMPLETION_INDEX; else every window].
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
+    /// The number of shards of a Kubernetes Indexed Job (its completions), with
+    /// JOB_COMPLETION_INDEX [default: $JOB_COMPLETIONS].
+    #[arg(long, value_name = "N")]
+    pub shard_count: Option<usize>,
     /// The training settings.
     #[command(flatten)]
     pub flags: TrainFlags,
@@ -502,9 +511,33 @@ impl TrainArgs {
         Ok(c)
     }
 
+    /// This process's shard: `--shard`, else the scheduler's environment, else none.
+    pub fn shard(&self) -> Result<Option<foxhunt_trainer::Shard>> {
+        Ok(match (&self.shard, self.shard_count) {
+            (Some(_), Some(_)) => {
+                bail!(
+                    "--shard K/N names the count already; --shard-count goes with JOB_COMPLETION_INDEX"
+                )
+            }
+            (Some(text), None) => Some(foxhunt_trainer::Shard::parse(text)?),
+            (None, count) => {
+                let found = foxhunt_trainer::Shard::from_env(|v| std::env::var(v).ok(), count)?;
+                if found.is_none() && count.is_some() {
+                    bail!("--shard-count is given but JOB_COMPLETION_INDEX is not set");
+                }
+                found
+            }
+        })
+    }
+
     /// The run directory: --out, or a new `runs/run-<UTC time>` (created here, which reserves
-    /// the name: `-2`, `-3`, ... follow when it is taken). --resume needs --out.
+    /// the name: `-2`, `-3`, ... follow when it is taken). --resume and a shard need --out.
     pub fn out_dir(&self) -> Result<PathBuf> {
+        if self.out.is_none()
+            && let Some(s) = self.shard()?
+        {
+            bail!("shard {s} needs --out DIR: the run directory every shard of the run shares");
+        }
         match (&self.out, self.resume) {
             (Some(p), _) => Ok(p.clone()),
             (None, true) => bail!("--resume needs --out DIR, the run directory to continue"),
@@ -557,6 +590,7 @@ impl TrainArgs {
                 resume: self.resume,
                 stop_after_epochs: self.stop_after_epochs,
                 progress: !self.no_progress,
+                shard: self.shard()?,
             },
         )?)
     }
@@ -642,6 +676,9 @@ mod tests {
             "model",
             "config",
             "help",
+            // A sharded run's results equal the unsharded run's (tested).
+            "shard",
+            "shard_count",
         ];
         let changed: &[(&str, &[&str])] = &[
             ("data_dir", &["--data-dir", "elsewhere"]),

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use foxhunt::args::TrainArgs;
 use foxhunt_trainer::report::{RunReport, read_json, summary};
@@ -21,7 +21,8 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     };
     println!("{}", summary(&report));
     println!("run directory: {}", out.display());
-    if !report.has_result() {
+    // A shard that owns no window (more shards than windows) has nothing to report.
+    if !report.windows.is_empty() && !report.has_result() {
         bail!(
             "every window failed ({} of {}): there is no out-of-sample result; the reasons are \
              in the summary above and in {}",
@@ -54,9 +55,20 @@ pub struct ReportArgs {
     pub run_dir: PathBuf,
 }
 
-/// Prints the summary table of a finished run.
+/// Aggregates a run from its windows' folders (every shard's), writes its report and prints
+/// the summary table; a window not finished yet is an error that lists the missing windows
+/// and their shards. A run written before plan.json existed is only summarized.
 pub fn report(args: &ReportArgs) -> Result<()> {
-    let r: RunReport = read_json(&args.run_dir.join("report.json"))?;
+    let dir = &args.run_dir;
+    let r: RunReport = if dir.join("plan.json").exists() {
+        let config: serde_json::Value = read_json(&dir.join("config.json"))?;
+        let capital = config["train"]["capital"]
+            .as_f64()
+            .with_context(|| format!("{}: no train.capital", dir.join("config.json").display()))?;
+        foxhunt_trainer::aggregate(dir, capital)?
+    } else {
+        read_json(&dir.join("report.json"))?
+    };
     print!("{}", summary(&r));
     Ok(())
 }

@@ -259,6 +259,27 @@ pub struct DirLock {
 /// Takes the lock of directory `dir` (which must exist), or fails at once, naming the process
 /// that holds it.
 pub fn lock_dir(dir: &Path) -> Result<DirLock, FsError> {
+    lock_dir_within(dir, std::time::Duration::ZERO)
+}
+
+/// [`lock_dir`], waiting up to `patience` for a holder to let go: for short shared steps
+/// (shards of one run checking its config) that several processes reach at the same moment.
+pub fn lock_dir_within(dir: &Path, patience: std::time::Duration) -> Result<DirLock, FsError> {
+    let start = std::time::Instant::now();
+    loop {
+        match try_lock_dir(dir) {
+            Err(e)
+                if e.source.kind() == std::io::ErrorKind::WouldBlock
+                    && start.elapsed() < patience =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn try_lock_dir(dir: &Path) -> Result<DirLock, FsError> {
     use std::io::{Read, Seek};
     let path = dir.join(LOCK_FILE);
     let mut file = std::fs::OpenOptions::new()
@@ -279,10 +300,10 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, FsError> {
             } else {
                 format!("another process ({holder})")
             };
-            return Err(err(&path, "take the lock")(std::io::Error::other(format!(
-                "{who} is using {}; wait for it to finish",
-                dir.display()
-            ))));
+            return Err(err(&path, "take the lock")(std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                format!("{who} is using {}; wait for it to finish", dir.display()),
+            )));
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(err(&path, "take the lock")(e)),
     }

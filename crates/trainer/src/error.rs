@@ -47,6 +47,16 @@ pub enum TrainError {
         /// The statistics of the last step that was finite, or "none".
         last_finite: String,
     },
+    /// A run's report was asked for before every window finished.
+    #[error("{}: {} of the plan's windows not finished: {}", dir.display(), missing.len(), crate::error::owners_of(missing, owners))]
+    Incomplete {
+        /// The run directory.
+        dir: PathBuf,
+        /// The windows without a report.
+        missing: Vec<usize>,
+        /// The shard counts the run's shards were started with (none for an unsharded run).
+        owners: Vec<usize>,
+    },
     /// The run stopped on request (`--stop-after-epochs`) after writing its state; `--resume`
     /// continues it.
     #[error("stopped after {epochs} epochs as asked; continue with --resume")]
@@ -72,4 +82,23 @@ impl TrainError {
             message: message.to_string(),
         }
     }
+}
+
+/// "window 3 (shard 0/3), window 4 (shard 1/3)": which shard owns each missing window, where
+/// the run's shards all had one count.
+pub(crate) fn owners_of(missing: &[usize], counts: &[usize]) -> String {
+    let list: Vec<String> = missing
+        .iter()
+        .map(|&w| match counts {
+            [n] => format!("window {w} (shard {})", crate::Shard::owner(w, *n)),
+            _ => format!("window {w}"),
+        })
+        .collect();
+    let note = match counts {
+        [] => "; no shard of this run has started (an unsharded run: continue it with --resume)"
+            .to_string(),
+        [_] => String::new(),
+        many => format!("; shards were started with different counts {many:?}"),
+    };
+    format!("{}{note}", list.join(", "))
 }

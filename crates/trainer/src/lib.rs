@@ -4,7 +4,8 @@
 //! phase breakdown (init, collect, train, sync, eval) of every epoch.
 //!
 //! [`run`] is the loop; [`TrainConfig`] its settings (TOML); [`report`] the run directory's
-//! files; [`phase`] the profiling. A window's data lives in a foxhunt-memory arena built once per
+//! files; [`phase`] the profiling; [`Shard`] which windows a process of a sharded run trains,
+//! and [`aggregate`] the run's report from its windows' folders. A window's data lives in a foxhunt-memory arena built once per
 //! window; epochs borrow it; an engine (host or device) collects and learns. The command line
 //! that fills a [`Job`] lives in the `foxhunt` crate.
 
@@ -19,6 +20,7 @@ pub mod progress;
 pub mod report;
 mod run;
 mod rundir;
+pub mod shard;
 mod stats;
 
 pub use config::{DeviceChoice, StepLoop, TrainConfig};
@@ -27,4 +29,5 @@ pub use engine::device::learn_rule;
 pub use error::TrainError;
 pub use phase::PhaseTimes;
 pub use report::RunReport;
-pub use run::{Job, Resolved, RunOptions, resolve_device, run};
+pub use run::{Job, Resolved, RunOptions, aggregate, resolve_device, run};
+pub use shard::Shard;

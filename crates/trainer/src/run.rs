@@ -52,6 +52,9 @@ pub struct RunOptions {
     pub stop_after_epochs: Option<usize>,
     /// Progress bars on a terminal.
     pub progress: bool,
+    /// Train only this shard's windows of a run directory that several processes share
+    /// (`None`: every window, and the directory is this process's alone).
+    pub shard: Option<crate::Shard>,
 }
 
 /// The device a run trains on, resolved.
@@ -121,23 +124,6 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         job.dataset.features.cols,
         crate::budget::available_memory(),
     )?;
-    let t_open = Instant::now();
-    let gpu = open_device(job.cfg.device)?;
-    let device_open_ms = t_open.elapsed().as_secs_f64() * 1e3;
-    let resolved = match gpu {
-        Some(_) => Resolved::Cuda,
-        None => Resolved::Cpu,
-    };
-    #[cfg(feature = "cuda")]
-    let mut device = match &gpu {
-        Some(ctx) => DeviceRun::Gpu(crate::engine::device::GpuRun::new(ctx)),
-        None => DeviceRun::Cpu,
-    };
-    #[cfg(not(feature = "cuda"))]
-    let mut device = match gpu {
-        Some(g) => DeviceRun::Gpu(g),
-        None => DeviceRun::Cpu,
-    };
     let plan = foxhunt_data::walkforward::plan(&job.dataset.series.row_days(), job.windows)?;
     if plan.windows.is_empty() {
         // Refused before a run directory is made: a run that trains nothing is no result.
@@ -166,6 +152,41 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             job.cfg.dqn.replay_capacity
         );
     }
+    let owned: Vec<&Window> = plan
+        .windows
+        .iter()
+        .filter(|w| opts.shard.is_none_or(|s| s.owns(w.index)))
+        .collect();
+    if let Some(s) = opts.shard {
+        let list: Vec<String> = owned.iter().map(|w| w.index.to_string()).collect();
+        tracing::info!(
+            "shard {s} owns {} of the plan's {} windows: {}",
+            owned.len(),
+            plan.windows.len(),
+            if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join(", ")
+            }
+        );
+    }
+    let t_open = Instant::now();
+    let gpu = open_device(job.cfg.device)?;
+    let device_open_ms = t_open.elapsed().as_secs_f64() * 1e3;
+    let resolved = match gpu {
+        Some(_) => Resolved::Cuda,
+        None => Resolved::Cpu,
+    };
+    #[cfg(feature = "cuda")]
+    let mut device = match &gpu {
+        Some(ctx) => DeviceRun::Gpu(crate::engine::device::GpuRun::new(ctx)),
+        None => DeviceRun::Cpu,
+    };
+    #[cfg(not(feature = "cuda"))]
+    let mut device = match gpu {
+        Some(g) => DeviceRun::Gpu(g),
+        None => DeviceRun::Cpu,
+    };
     let out = &opts.out;
     let config = serde_json::json!({
         "source": job.source,
@@ -173,31 +194,31 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         "train": job.cfg,
         "spec": job.spec,
     });
-    // Held until the run returns: a second process on this directory fails at once.
-    let _lock = crate::rundir::prepare(out, &config, opts.resume)?;
+    // Unsharded, the run directory is this process's for its whole life; a shard shares it
+    // with the others and locks only the windows it trains.
+    let _lock = match opts.shard {
+        None => Some(crate::rundir::prepare(out, &config, &plan, opts.resume)?),
+        Some(s) => {
+            crate::rundir::prepare_shared(out, &config, &plan, s, opts.resume)?;
+            None
+        }
+    };
     let exec = Execution::new(job.spec, job.cfg.costs);
     let mut pool = HostPool::new();
-    let bars = Bars::new(opts.progress, plan.windows.len(), job.cfg.epochs);
+    let bars = Bars::new(opts.progress, owned.len(), job.cfg.epochs);
     let mut budget = opts.stop_after_epochs;
     let stopped = || TrainError::Stopped {
         epochs: opts.stop_after_epochs.unwrap_or(0),
     };
-    let mut reports = Vec::new();
-    let mut phases = Vec::new();
-    let mut curves: Vec<(usize, Vec<Curve>)> = Vec::new();
+    let mut done = Vec::new();
     for s in &plan.skipped {
         tracing::warn!("window {} skipped: {}", s.window.index, s.reason);
     }
-    for w in &plan.windows {
+    for &w in &owned {
         let dir = WindowDir::new(out, w.index);
         if opts.resume && dir.report().exists() {
-            let r: WindowReport = read_json(&dir.report())?;
-            phases.extend(read_json::<Vec<PhaseTimes>>(&dir.phases())?);
-            if r.status == WindowStatus::Ok {
-                curves.push((w.index, read_json(&dir.curves())?));
-            }
+            done.push(read_window(&dir)?);
             tracing::info!("window {} already finished: read back", w.index);
-            reports.push(r);
             bars.window_done();
             continue;
         }
@@ -205,6 +226,15 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             // The epochs asked for ended with the previous window: stop before this one.
             bars.finish();
             return Err(stopped());
+        }
+        let _window_lock = dir.lock()?;
+        if !opts.resume && dir.has_state() {
+            return Err(TrainError::Options(format!(
+                "window {} in {} has results or state from an earlier run of this shard; \
+                 continue with --resume",
+                w.index,
+                out.display()
+            )));
         }
         tracing::info!(
             "window {}: train {}..{} ({} bars), validation {}..{}, test {}..{}",
@@ -225,11 +255,10 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             resume: opts.resume,
             bars: &bars,
         };
-        let (report, window_phases) = match ctx.train(&mut pool, &mut device, &mut budget) {
+        let (report, window_phases, curves) = match ctx.train(&mut pool, &mut device, &mut budget) {
             Ok(o) => {
                 write_json(&dir.curves(), &o.curves)?;
-                curves.push((w.index, o.curves));
-                (o.report, o.phases)
+                (o.report, o.phases, Some(o.curves))
             }
             Err(f) => match *f {
                 WindowFailure {
@@ -238,7 +267,7 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
                     epochs,
                 } => {
                     tracing::error!("{error}; going on with the next window");
-                    (failed_report(w, error.to_string(), epochs), phases)
+                    (failed_report(w, error.to_string(), epochs), phases, None)
                 }
                 WindowFailure {
                     error: TrainError::Stopped { .. },
@@ -256,8 +285,11 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         write_json(&dir.phases(), &window_phases)?;
         // Written last: its presence marks the window finished for --resume.
         write_json(&dir.report(), &report)?;
-        phases.extend(window_phases);
-        reports.push(report);
+        done.push(WindowResult {
+            report,
+            phases: window_phases,
+            curves,
+        });
         bars.window_done();
     }
     bars.finish();
@@ -274,14 +306,96 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             tracing::warn!("kernel cache not written (the next run compiles again): {e}");
         }
     }
-    let report = RunReport {
-        device: match resolved {
-            Resolved::Cpu => "cpu",
-            Resolved::Cuda => "cuda",
+    let device_name = match resolved {
+        Resolved::Cpu => "cpu",
+        Resolved::Cuda => "cuda",
+    };
+    let report = assemble(
+        &plan,
+        done,
+        job.cfg.capital,
+        RunMeta {
+            device: device_name.into(),
+            device_open_ms,
+            pool: pool.stats(),
+        },
+    );
+    match opts.shard {
+        None => write_outputs(out, &report.report, &report.curves)?,
+        // The shard that finds every window done writes the run's report (two finishing
+        // together write the same bytes, atomically).
+        Some(s) => match aggregate(out, job.cfg.capital) {
+            Ok(_) => tracing::info!("shard {s}: every window of the run is done; report written"),
+            Err(TrainError::Incomplete { missing, .. }) => tracing::info!(
+                "shard {s} done; {} windows of other shards still missing; `foxhunt report {}` \
+                 aggregates once they are done",
+                missing.len(),
+                out.display()
+            ),
+            Err(e) => return Err(e),
+        },
+    }
+    Ok(report.report)
+}
+
+/// One window's finished results, as trained or read back.
+struct WindowResult {
+    report: WindowReport,
+    phases: Vec<PhaseTimes>,
+    /// The test-period curves, for a window that finished.
+    curves: Option<Vec<Curve>>,
+}
+
+/// Reads a finished window's results back from its folder (all checked).
+fn read_window(dir: &WindowDir) -> Result<WindowResult, TrainError> {
+    let report: WindowReport = read_json(&dir.report())?;
+    let phases = read_json(&dir.phases())?;
+    let curves = match report.status {
+        WindowStatus::Ok => Some(read_json(&dir.curves())?),
+        WindowStatus::Failed { .. } => None,
+    };
+    Ok(WindowResult {
+        report,
+        phases,
+        curves,
+    })
+}
+
+/// What a report says of the process that wrote it, beside the results.
+struct RunMeta {
+    device: String,
+    device_open_ms: f64,
+    pool: foxhunt_memory::PoolStats,
+}
+
+/// A run's report and the curves its outputs are drawn from.
+struct Assembled {
+    report: RunReport,
+    curves: Vec<(usize, Vec<Curve>)>,
+}
+
+/// The run's report from its windows' results (in window order): one rule for a run that
+/// trained every window and for the aggregation of shards, so that both give the same results.
+fn assemble(
+    plan: &foxhunt_data::walkforward::Plan,
+    done: Vec<WindowResult>,
+    capital: f64,
+    meta: RunMeta,
+) -> Assembled {
+    let mut windows = Vec::with_capacity(done.len());
+    let mut phases = Vec::new();
+    let mut curves = Vec::new();
+    for r in done {
+        if let Some(c) = r.curves {
+            curves.push((r.report.index, c));
         }
-        .into(),
-        device_open_ms,
-        windows: reports,
+        phases.extend(r.phases);
+        windows.push(r.report);
+    }
+    let report = RunReport {
+        device: meta.device,
+        device_open_ms: meta.device_open_ms,
+        windows,
         skipped: plan
             .skipped
             .iter()
@@ -291,12 +405,54 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             })
             .collect(),
         empty_windows: plan.empty,
-        aggregate: aggregate(&curves, job.cfg.capital),
+        aggregate: aggregate_policies(&curves, capital),
         phases,
-        pool: pool.stats(),
+        pool: meta.pool,
     };
-    write_outputs(out, &report, &curves)?;
-    Ok(report)
+    Assembled { report, curves }
+}
+
+/// Aggregates the run in `out` from its windows' folders and writes its report (report.json,
+/// equity, summary), as `foxhunt report` and the last shard to finish do. A window not yet
+/// finished is an error listing every missing window and the shard that owns it.
+pub fn aggregate(out: &Path, capital: f64) -> Result<RunReport, TrainError> {
+    let plan: foxhunt_data::walkforward::Plan = read_json(&out.join(crate::rundir::PLAN_FILE))?;
+    let mut missing = Vec::new();
+    let mut done = Vec::new();
+    for w in &plan.windows {
+        let dir = WindowDir::new(out, w.index);
+        if dir.report().exists() {
+            done.push(read_window(&dir)?);
+        } else {
+            missing.push(w.index);
+        }
+    }
+    if !missing.is_empty() {
+        return Err(TrainError::Incomplete {
+            dir: out.to_path_buf(),
+            owners: crate::rundir::shard_counts(out),
+            missing,
+        });
+    }
+    let device = {
+        let config: serde_json::Value = read_json(&out.join("config.json"))?;
+        config["train"]["device"]
+            .as_str()
+            .unwrap_or("auto")
+            .to_string()
+    };
+    let a = assemble(
+        &plan,
+        done,
+        capital,
+        RunMeta {
+            device,
+            device_open_ms: 0.0,
+            pool: foxhunt_memory::PoolStats::default(),
+        },
+    );
+    write_outputs(out, &a.report, &a.curves)?;
+    Ok(a.report)
 }
 
 fn failed_report(w: &Window, error: String, epochs: Vec<EpochSummary>) -> WindowReport {
@@ -313,7 +469,7 @@ fn failed_report(w: &Window, error: String, epochs: Vec<EpochSummary>) -> Window
     }
 }
 
-fn aggregate(curves: &[(usize, Vec<Curve>)], capital: f64) -> Vec<PolicyResult> {
+fn aggregate_policies(curves: &[(usize, Vec<Curve>)], capital: f64) -> Vec<PolicyResult> {
     let Some((_, first)) = curves.first() else {
         return Vec::new();
     };

@@ -18,6 +18,7 @@ use crate::report::{EpochSummary, read_json, write_json};
 pub(crate) fn prepare(
     out: &Path,
     config: &serde_json::Value,
+    plan: &foxhunt_data::walkforward::Plan,
     resume: bool,
 ) -> Result<foxhunt_fs::DirLock, TrainError> {
     let path = out.join("config.json");
@@ -85,7 +86,99 @@ pub(crate) fn prepare(
     // Another process may have run here between the check and the lock.
     check_unused()?;
     write_json(&path, config)?;
+    write_json(&out.join(PLAN_FILE), plan)?;
     Ok(lock)
+}
+
+/// The plan of a run's windows (`plan.json`), written with its config: what `foxhunt report`
+/// aggregates and what every shard checks it shares.
+pub(crate) const PLAN_FILE: &str = "plan.json";
+
+/// Folder of the shards' markers (`shards/shard-K-of-N.json`).
+const SHARDS_DIR: &str = "shards";
+
+/// [`prepare`] for one shard of a run that several processes share: the first to arrive writes
+/// the config and the plan, every other checks that its own are the same (refusing, naming the
+/// setting, when they are not). The run directory is locked only for that check; each window's
+/// folder is locked while it trains ([`WindowDir::lock`]).
+pub(crate) fn prepare_shared(
+    out: &Path,
+    config: &serde_json::Value,
+    plan: &foxhunt_data::walkforward::Plan,
+    shard: crate::Shard,
+    resume: bool,
+) -> Result<(), TrainError> {
+    let path = out.join("config.json");
+    if !path.exists() {
+        if resume {
+            return Err(TrainError::Options(format!(
+                "--resume: {} holds no foxhunt run (no config.json)",
+                out.display()
+            )));
+        }
+        // A first shard makes the run: the rules of a new run directory apply, and another
+        // shard arriving meanwhile waits for it rather than failing.
+        if !out.join(foxhunt_fs::LOCK_FILE).exists()
+            && let Ok(entries) = std::fs::read_dir(out)
+            && let Some(e) = entries.filter_map(|e| e.ok()).next()
+        {
+            return Err(TrainError::Options(format!(
+                "{} is not empty (it holds {}) and is not a foxhunt run; --out takes a new or \
+                 empty directory",
+                out.display(),
+                e.file_name().to_string_lossy()
+            )));
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|source| foxhunt_fs::FsError {
+        path: out.to_path_buf(),
+        what: "create the directory",
+        source,
+    })?;
+    let _lock = foxhunt_fs::lock_dir_within(out, std::time::Duration::from_secs(60))?;
+    if path.exists() {
+        let saved: serde_json::Value = read_json(&path)?;
+        if &saved != config {
+            return Err(TrainError::Options(format!(
+                "shard {shard}: {} was written for another configuration by another shard or \
+                 run; every shard of a run takes the same settings; differing: {}",
+                path.display(),
+                foxhunt_fs::json_diff(&saved, config)
+            )));
+        }
+        let saved: foxhunt_data::walkforward::Plan = read_json(&out.join(PLAN_FILE))?;
+        if &saved != plan {
+            return Err(TrainError::Options(format!(
+                "shard {shard}: the walk-forward plan differs from the one in {} (other data?)",
+                out.join(PLAN_FILE).display()
+            )));
+        }
+    } else {
+        write_json(&path, config)?;
+        write_json(&out.join(PLAN_FILE), plan)?;
+    }
+    write_json(
+        &out.join(SHARDS_DIR)
+            .join(format!("shard-{}-of-{}.json", shard.index, shard.count)),
+        &shard,
+    )
+}
+
+/// The shard counts the run's shards were started with (from their markers), sorted.
+pub(crate) fn shard_counts(out: &Path) -> Vec<usize> {
+    let mut counts: Vec<usize> = std::fs::read_dir(out.join(SHARDS_DIR))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rest = name.strip_suffix(".json")?;
+            rest.rsplit_once("-of-")?.1.parse().ok()
+        })
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
 }
 
 /// An unfinished window's saved state (`progress.json`), written after the files it names.
@@ -115,6 +208,15 @@ impl WindowDir {
     pub fn create(&self) -> Result<(), TrainError> {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| TrainError::file(&self.dir, format!("cannot create: {e}")))
+    }
+    /// Creates the folder and locks it while the window trains: one process per window.
+    pub fn lock(&self) -> Result<foxhunt_fs::DirLock, TrainError> {
+        self.create()?;
+        Ok(foxhunt_fs::lock_dir(&self.dir)?)
+    }
+    /// Whether the window has results or saved state from an earlier invocation.
+    pub fn has_state(&self) -> bool {
+        self.report().exists() || self.progress().exists()
     }
     /// The window's report, written last: its presence marks the window finished.
     pub fn report(&self) -> PathBuf {

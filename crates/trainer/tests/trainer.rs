@@ -8,7 +8,7 @@ use foxhunt_data::{Period, WalkForwardConfig};
 use foxhunt_env::SpecTable;
 use foxhunt_testkit::Scratch;
 use foxhunt_trainer::report::WindowStatus;
-use foxhunt_trainer::{DeviceChoice, Job, RunOptions, TrainConfig, TrainError};
+use foxhunt_trainer::{DeviceChoice, Job, RunOptions, Shard, TrainConfig, TrainError};
 
 /// The profile windows (3/1/1 months, step 3): two windows on the bundled data.
 fn windows() -> WalkForwardConfig {
@@ -43,14 +43,25 @@ fn run(
     resume: bool,
     stop: Option<usize>,
 ) -> Result<foxhunt_trainer::RunReport, TrainError> {
+    run_plan(cfg, &windows(), out, resume, stop, None)
+}
+
+/// [`run`] with other windows, and as one shard of a shared run directory.
+fn run_plan(
+    cfg: &TrainConfig,
+    w: &WalkForwardConfig,
+    out: &Path,
+    resume: bool,
+    stop: Option<usize>,
+    shard: Option<Shard>,
+) -> Result<foxhunt_trainer::RunReport, TrainError> {
     let d = foxhunt_testkit::es_dataset();
     let spec = SpecTable::default().get("ES").expect("ES").clone();
-    let w = windows();
     foxhunt_trainer::run(
         &Job {
             dataset: d,
             spec: &spec,
-            windows: &w,
+            windows: w,
             cfg,
             source: serde_json::json!({"data": "futures-baseline"}),
         },
@@ -59,6 +70,7 @@ fn run(
             resume,
             stop_after_epochs: stop,
             progress: false,
+            shard,
         },
     )
 }
@@ -211,6 +223,111 @@ fn damaged_resume_state_is_refused_naming_the_file() {
         std::fs::write(&path, &good).expect("restore");
     }
     run(&cfg, &parts, true, None).expect("restored state resumes");
+}
+
+/// Week-sized windows: ten windows over the bundled data (the synthetic lead-in's months).
+fn weekly() -> WalkForwardConfig {
+    WalkForwardConfig::new(
+        Period::Weeks(4),
+        Period::Weeks(1),
+        Period::Weeks(1),
+        Period::Weeks(2),
+    )
+}
+
+/// What a report holds as results (not timings or the process's device and pool), as bytes.
+fn results(r: &foxhunt_trainer::RunReport) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "windows": r.windows,
+        "skipped": r.skipped,
+        "empty_windows": r.empty_windows,
+        "aggregate": r.aggregate,
+    }))
+    .expect("json")
+}
+
+/// Shards of one run directory, started alone, together and under other settings: the
+/// aggregate equals the unsharded run byte for byte in its results; a report asked for too early
+/// names each missing window and its shard; a shard with other settings is refused naming the
+/// setting; a stopped shard resumes alone.
+#[test]
+fn sharded_runs_aggregate_to_the_unsharded_run() {
+    let cfg = TrainConfig {
+        epochs: 2,
+        ..small()
+    };
+    let w = weekly();
+    let ((_t1, full_dir), (_t2, parts)) = (scratch("shard-full"), scratch("shard-parts"));
+    let full = run_plan(&cfg, &w, &full_dir, false, None, None).expect("unsharded");
+    let n = full.windows.len();
+    assert!(n >= 6, "enough windows to shard: {n}");
+    let shard = |k| Some(Shard::new(k, 3).expect("valid"));
+
+    let one = run_plan(&cfg, &w, &parts, false, None, shard(1)).expect("shard 1 alone");
+    assert!(one.windows.iter().all(|r| r.index % 3 == 1));
+    assert!(
+        !parts.join("report.json").exists(),
+        "no report before every window is done"
+    );
+    let e = foxhunt_trainer::aggregate(&parts, cfg.capital)
+        .expect_err("incomplete")
+        .to_string();
+    assert!(
+        e.contains("window 0 (shard 0/3)") && e.contains("window 2 (shard 2/3)"),
+        "{e}"
+    );
+    assert!(!e.contains("window 1 "), "shard 1's windows are done: {e}");
+
+    // The other two at the same moment: both may find the run complete and write the report.
+    std::thread::scope(|s| {
+        let a = s.spawn(|| run_plan(&cfg, &w, &parts, false, None, shard(0)));
+        let b = s.spawn(|| run_plan(&cfg, &w, &parts, false, None, shard(2)));
+        a.join().expect("thread").expect("shard 0");
+        b.join().expect("thread").expect("shard 2");
+    });
+    let merged: foxhunt_trainer::RunReport =
+        foxhunt_trainer::report::read_json(&parts.join("report.json")).expect("report written");
+    assert_eq!(
+        results(&merged),
+        results(&full),
+        "aggregate equals the unsharded run"
+    );
+    assert_eq!(merged.phases.len(), full.phases.len());
+    assert_eq!(
+        std::fs::read(parts.join("equity.csv")).expect("csv"),
+        std::fs::read(full_dir.join("equity.csv")).expect("csv")
+    );
+    let again = foxhunt_trainer::aggregate(&parts, cfg.capital).expect("complete");
+    assert_eq!(
+        results(&again),
+        results(&full),
+        "foxhunt report gives the same"
+    );
+
+    // Another seed in the same directory: refused, naming it.
+    let other = TrainConfig {
+        seed: 12,
+        ..cfg.clone()
+    };
+    let e = run_plan(&other, &w, &parts, true, None, shard(0)).expect_err("other settings");
+    assert!(e.to_string().contains("train.seed: 11 -> 12"), "{e}");
+    // Run again without --resume: its windows have results already.
+    let e = run_plan(&cfg, &w, &parts, false, None, shard(0)).expect_err("already trained");
+    assert!(e.to_string().contains("--resume"), "{e}");
+
+    // A stopped shard continues with --resume, alone, to the same results.
+    let (_t3, fresh) = scratch("shard-resume");
+    let half = Some(Shard::new(0, 2).expect("valid"));
+    let e = run_plan(&cfg, &w, &fresh, false, Some(3), half).expect_err("stops");
+    assert!(matches!(e, TrainError::Stopped { epochs: 3 }), "{e}");
+    let r = run_plan(&cfg, &w, &fresh, true, None, half).expect("resumed shard");
+    let mine: Vec<_> = full
+        .windows
+        .iter()
+        .filter(|x| x.index % 2 == 0)
+        .cloned()
+        .collect();
+    assert_eq!(r.windows, mine);
 }
 
 #[test]
