@@ -3,6 +3,7 @@
 mod bench;
 mod dbn_out;
 mod profile;
+mod slurm;
 mod synth;
 mod testdata;
 
@@ -64,6 +65,10 @@ enum Command {
         #[arg(long, default_value = "sm_90")]
         arch: String,
     },
+    /// The shipped sbatch script as a job array of 3 on a one-node Slurm cluster started here
+    /// (needs slurmctld, slurmd, slurm-client and munge, as root); the aggregate must equal an
+    /// unsharded run.
+    SlurmTest,
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -161,6 +166,7 @@ fn main() -> Result<()> {
             train,
         } => profile::run(&root, &device, compare.as_deref(), &train),
         Command::Testdata { check } => testdata::run(&root, check),
+        Command::SlurmTest => slurm::run(&root),
         #[cfg(feature = "cuda")]
         Command::Kernels { arch } => {
             for m in foxhunt_gpu::Module::ALL {

@@ -199,7 +199,7 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     let _lock = match opts.shard {
         None => Some(crate::rundir::prepare(out, &config, &plan, opts.resume)?),
         Some(s) => {
-            crate::rundir::prepare_shared(out, &config, &plan, s, opts.resume)?;
+            crate::rundir::prepare_shared(out, &config, &plan, s)?;
             None
         }
     };

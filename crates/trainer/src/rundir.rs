@@ -100,22 +100,18 @@ const SHARDS_DIR: &str = "shards";
 /// [`prepare`] for one shard of a run that several processes share: the first to arrive writes
 /// the config and the plan, every other checks that its own are the same (refusing, naming the
 /// setting, when they are not). The run directory is locked only for that check; each window's
-/// folder is locked while it trains ([`WindowDir::lock`]).
+/// folder is locked while it trains ([`WindowDir::lock`]). Unlike an unsharded `--resume`, a
+/// shard's `--resume` may find no run yet and start it.
 pub(crate) fn prepare_shared(
     out: &Path,
     config: &serde_json::Value,
     plan: &foxhunt_data::walkforward::Plan,
     shard: crate::Shard,
-    resume: bool,
 ) -> Result<(), TrainError> {
     let path = out.join("config.json");
+    // Whether or not --resume is given, the first of a run's shards to start makes the run: a
+    // scheduler retries a task with the command line it first ran (docs/SCALING.md).
     if !path.exists() {
-        if resume {
-            return Err(TrainError::Options(format!(
-                "--resume: {} holds no foxhunt run (no config.json)",
-                out.display()
-            )));
-        }
         // A first shard makes the run: the rules of a new run directory apply, and another
         // shard arriving meanwhile waits for it rather than failing.
         if !out.join(foxhunt_fs::LOCK_FILE).exists()
