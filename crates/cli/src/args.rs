@@ -495,6 +495,13 @@ pub struct TrainArgs {
     /// JOB_COMPLETION_INDEX [default: $JOB_COMPLETIONS].
     #[arg(long, value_name = "N")]
     pub shard_count: Option<usize>,
+    /// GPUs to spread the windows over, one worker each: a list (0,1,3) or `all`
+    /// [default: the one --device picks].
+    #[arg(long, value_name = "LIST|all")]
+    pub devices: Option<String>,
+    /// Workers per device (GPU, or the CPU), each training the next window.
+    #[arg(long, default_value_t = 1)]
+    pub workers_per_device: usize,
     /// The training settings.
     #[command(flatten)]
     pub flags: TrainFlags,
@@ -509,6 +516,26 @@ impl TrainArgs {
         };
         self.flags.apply(&mut c)?;
         Ok(c)
+    }
+
+    /// The GPUs of `--devices`.
+    pub fn devices(&self) -> Result<foxhunt_trainer::Devices> {
+        use foxhunt_trainer::Devices;
+        Ok(match self.devices.as_deref().map(str::trim) {
+            None => Devices::One,
+            Some("all") => Devices::All,
+            Some(list) => Devices::List(
+                list.split(',')
+                    .map(|d| {
+                        d.trim().parse::<usize>().map_err(|_| {
+                            anyhow::anyhow!(
+                                "--devices {list}: {d:?} is not a GPU index; give indices like 0,1 or `all`"
+                            )
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+            ),
+        })
     }
 
     /// This process's shard: `--shard`, else the scheduler's environment, else none.
@@ -591,6 +618,8 @@ impl TrainArgs {
                 stop_after_epochs: self.stop_after_epochs,
                 progress: !self.no_progress,
                 shard: self.shard()?,
+                devices: self.devices()?,
+                workers_per_device: self.workers_per_device,
             },
         )?)
     }
@@ -676,9 +705,12 @@ mod tests {
             "model",
             "config",
             "help",
-            // A sharded run's results equal the unsharded run's (tested).
+            // A sharded run's results equal the unsharded run's, and a run on several workers
+            // a one-worker run's (tested).
             "shard",
             "shard_count",
+            "devices",
+            "workers_per_device",
         ];
         let changed: &[(&str, &[&str])] = &[
             ("data_dir", &["--data-dir", "elsewhere"]),

@@ -492,6 +492,14 @@ fn unusable_train_settings_are_refused_before_a_run_directory_exists() {
             &["--min-bars", "100000000"],
             "the walk-forward plan has no window to train",
         ),
+        (
+            &["--devices", "0"],
+            "--devices picks GPUs; it cannot go with --device cpu",
+        ),
+        (&["--devices", "0,x"], "\"x\" is not a GPU index"),
+        // No GPU where CI runs: the missing driver is named; on a GPU machine, the device.
+        (&["!--device", "--devices", "9"], "CUDA"),
+        (&["--workers-per-device", "0"], "at least 1"),
     ]
     .into_iter()
     .enumerate()
@@ -701,5 +709,78 @@ fn two_processes_on_one_run_directory_never_both_run() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A shard named by the Slurm job-array environment trains its windows and says which; the
+/// report of the run before the other shard ran lists what is missing and whose it is.
+#[test]
+fn a_shard_from_the_job_array_environment_and_a_report_of_what_is_missing() {
+    let scratch = Scratch::new("cli-shard");
+    let dir = scratch.join("run");
+    let d = dir.display().to_string();
+    let args = [
+        "train",
+        "--data-dir",
+        "test_data/futures-baseline",
+        "--symbol",
+        "ES.FUT",
+        "--train-weeks",
+        "4",
+        "--val-weeks",
+        "1",
+        "--test-weeks",
+        "1",
+        "--step-weeks",
+        "2",
+        "--epochs",
+        "1",
+        "--max-steps-per-epoch",
+        "4",
+        "--envs",
+        "2",
+        "--hidden",
+        "8",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--out",
+        &d,
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_foxhunt"))
+        .args(args)
+        .env("SLURM_ARRAY_TASK_ID", "0")
+        .env("SLURM_ARRAY_TASK_COUNT", "2")
+        .current_dir(root())
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}{}", stdout(&out));
+    // Training logs on stdout.
+    let log = stdout(&out);
+    assert!(
+        log.contains("shard 0/2 owns 5 of the plan's 10 windows: 0, 2, 4, 6, 8"),
+        "{log}"
+    );
+    let report = foxhunt(&["report", &d]);
+    let rerr = String::from_utf8_lossy(&report.stderr);
+    assert_eq!(report.status.code(), Some(1), "{rerr}");
+    assert!(
+        rerr.contains(
+            "5 of the plan's windows not finished: window 1 (shard 1/2), window 3 (shard 1/2)"
+        ),
+        "{rerr}"
+    );
+    fails_with(
+        &[
+            "train",
+            "--data-dir",
+            "d",
+            "--symbol",
+            "ES.FUT",
+            "--shard",
+            "1/2",
+        ],
+        "shard 1/2 needs --out DIR",
     );
 }

@@ -38,6 +38,18 @@ pub struct GpuContext {
 }
 
 impl GpuContext {
+    /// How many CUDA devices this machine has (an error where the driver cannot be loaded).
+    pub fn device_count() -> Result<usize, GpuError> {
+        // SAFETY: only tries to dlopen the library by name; no symbol is called.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(GpuError::NoCuda(
+                "the CUDA driver library (libcuda) could not be loaded".into(),
+            ));
+        }
+        let n = CudaContext::device_count().map_err(GpuError::driver("counting the devices"))?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     /// Opens device `ordinal`, with the kernel cache the environment asks for
     /// ([`KernelCache::from_env`]).
     pub fn new(ordinal: usize) -> Result<Arc<Self>, GpuError> {

@@ -68,6 +68,16 @@ pub struct PoolStats {
 }
 
 impl PoolStats {
+    /// Adds the bookkeeping of another pool that lived beside this one (a second worker's):
+    /// counts add up, and so do the peaks, which may have coincided.
+    pub fn add(&mut self, other: &PoolStats) {
+        self.allocated += other.allocated;
+        self.reused += other.reused;
+        self.peak += other.peak;
+        self.uploaded += other.uploaded;
+        self.allocations += other.allocations;
+    }
+
     /// Counts a request for `bytes`, served from a released buffer or newly allocated (then
     /// `held`, the bytes the pool holds, grows and the peak follows it).
     pub(crate) fn count(&mut self, bytes: u64, reused: bool, held: &mut u64) {

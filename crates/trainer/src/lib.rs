@@ -29,5 +29,5 @@ pub use engine::device::learn_rule;
 pub use error::TrainError;
 pub use phase::PhaseTimes;
 pub use report::RunReport;
-pub use run::{Job, Resolved, RunOptions, aggregate, resolve_device, run};
+pub use run::{Devices, Job, Resolved, RunOptions, aggregate, resolve_device, run};
 pub use shard::Shard;

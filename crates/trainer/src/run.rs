@@ -55,6 +55,11 @@ pub struct RunOptions {
     /// Train only this shard's windows of a run directory that several processes share
     /// (`None`: every window, and the directory is this process's alone).
     pub shard: Option<crate::Shard>,
+    /// The GPUs the windows are spread over (one worker each).
+    pub devices: Devices,
+    /// Workers per device (GPU, or the CPU), each taking the next window: for small networks
+    /// that leave a device idle. Default 1.
+    pub workers_per_device: usize,
 }
 
 /// The device a run trains on, resolved.
@@ -70,6 +75,7 @@ pub enum Resolved {
 type Gpu = std::sync::Arc<foxhunt_gpu::GpuContext>;
 /// No GPU can be opened in a build without CUDA: the type has no values.
 #[cfg(not(feature = "cuda"))]
+#[derive(Clone)]
 enum Gpu {}
 
 /// The device `--device` asks for, opened once: the context a CUDA run then works in.
@@ -95,6 +101,87 @@ fn open_device(choice: DeviceChoice) -> Result<Option<Gpu>, TrainError> {
             }
         },
     }
+}
+
+/// Which GPUs a run's workers train on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Devices {
+    /// The one device `--device` resolves to (GPU 0 or the CPU).
+    #[default]
+    One,
+    /// These GPUs, one worker (or `workers_per_device`) each.
+    List(Vec<usize>),
+    /// Every GPU of the host.
+    All,
+}
+
+/// One slot per worker: the context of its GPU, or `None` for the CPU. `--devices` names GPUs
+/// (and so needs `--device cuda` or `auto`); `per_device` workers share each device.
+fn open_workers(
+    choice: DeviceChoice,
+    devices: &Devices,
+    per_device: usize,
+) -> Result<Vec<Option<Gpu>>, TrainError> {
+    if per_device == 0 {
+        return Err(TrainError::Options(
+            "--workers-per-device must be at least 1".into(),
+        ));
+    }
+    let opened: Vec<Option<Gpu>> = match devices {
+        Devices::One => vec![open_device(choice)?],
+        _ if choice == DeviceChoice::Cpu => {
+            return Err(TrainError::Options(
+                "--devices picks GPUs; it cannot go with --device cpu".into(),
+            ));
+        }
+        #[cfg(feature = "cuda")]
+        list => {
+            let count = foxhunt_gpu::GpuContext::device_count()?;
+            let wanted: Vec<usize> = match list {
+                Devices::List(v) => v.clone(),
+                _ => (0..count).collect(),
+            };
+            if wanted.is_empty() {
+                return Err(TrainError::Options(
+                    "--devices all: this machine has no CUDA device".into(),
+                ));
+            }
+            for (k, &d) in wanted.iter().enumerate() {
+                if d >= count {
+                    return Err(TrainError::Options(format!(
+                        "--devices: GPU {d} does not exist; this machine has {count} CUDA \
+                         device(s){}",
+                        if count > 0 {
+                            format!(", numbered 0 to {}", count - 1)
+                        } else {
+                            String::new()
+                        }
+                    )));
+                }
+                if wanted[..k].contains(&d) {
+                    return Err(TrainError::Options(format!(
+                        "--devices names GPU {d} twice; use --workers-per-device for several \
+                         workers on one GPU"
+                    )));
+                }
+            }
+            wanted
+                .into_iter()
+                .map(|d| foxhunt_gpu::GpuContext::new(d).map(Some))
+                .collect::<Result<_, _>>()?
+        }
+        #[cfg(not(feature = "cuda"))]
+        _ => {
+            return Err(TrainError::Gpu(foxhunt_gpu::GpuError::NoCuda(
+                "--devices: this build has no CUDA support (build with the `cuda` feature)".into(),
+            )));
+        }
+    };
+    let mut slots = Vec::with_capacity(opened.len() * per_device);
+    for gpu in &opened {
+        slots.extend(std::iter::repeat_n(gpu.clone(), per_device));
+    }
+    Ok(slots)
 }
 
 /// Resolves `--device` as [`run`] does (see there).
@@ -171,21 +258,17 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         );
     }
     let t_open = Instant::now();
-    let gpu = open_device(job.cfg.device)?;
+    let slots = open_workers(job.cfg.device, &opts.devices, opts.workers_per_device)?;
     let device_open_ms = t_open.elapsed().as_secs_f64() * 1e3;
-    let resolved = match gpu {
-        Some(_) => Resolved::Cuda,
-        None => Resolved::Cpu,
-    };
-    #[cfg(feature = "cuda")]
-    let mut device = match &gpu {
-        Some(ctx) => DeviceRun::Gpu(crate::engine::device::GpuRun::new(ctx)),
-        None => DeviceRun::Cpu,
-    };
-    #[cfg(not(feature = "cuda"))]
-    let mut device = match gpu {
-        Some(g) => DeviceRun::Gpu(g),
-        None => DeviceRun::Cpu,
+    if slots.len() > 1 && opts.stop_after_epochs.is_some() {
+        return Err(TrainError::Options(format!(
+            "--stop-after-epochs counts the epochs of one worker; it cannot go with {} workers",
+            slots.len()
+        )));
+    }
+    let resolved = match slots.first() {
+        Some(Some(_)) => Resolved::Cuda,
+        _ => Resolved::Cpu,
     };
     let out = &opts.out;
     let config = serde_json::json!({
@@ -204,27 +287,179 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         }
     };
     let exec = Execution::new(job.spec, job.cfg.costs);
-    let mut pool = HostPool::new();
     let bars = Bars::new(opts.progress, owned.len(), job.cfg.epochs);
-    let mut budget = opts.stop_after_epochs;
-    let stopped = || TrainError::Stopped {
-        epochs: opts.stop_after_epochs.unwrap_or(0),
-    };
-    let mut done = Vec::new();
     for s in &plan.skipped {
         tracing::warn!("window {} skipped: {}", s.window.index, s.reason);
     }
-    for &w in &owned {
+    let ctx = RunCtx {
+        job,
+        opts,
+        exec,
+        bars: &bars,
+    };
+    let trained = ctx.train_windows(&owned, &slots);
+    bars.finish();
+    let (done, pool) = trained?;
+    #[cfg(feature = "cuda")]
+    for ctx in slots.iter().flatten() {
+        let k = ctx.compile_stats();
+        tracing::info!(
+            "kernel modules: {} compiled, {} from the kernel cache, {} damaged entries rebuilt",
+            k.compiled,
+            k.cached,
+            k.rebuilt
+        );
+        for e in k.cache_errors {
+            tracing::warn!("kernel cache not written (the next run compiles again): {e}");
+        }
+    }
+    let device_name = match resolved {
+        Resolved::Cpu => "cpu",
+        Resolved::Cuda => "cuda",
+    };
+    let report = assemble(
+        &plan,
+        done,
+        job.cfg.capital,
+        RunMeta {
+            device: device_name.into(),
+            device_open_ms,
+            pool,
+        },
+    );
+    match opts.shard {
+        None => write_outputs(out, &report.report, &report.curves)?,
+        // The shard that finds every window done writes the run's report (two finishing
+        // together write the same bytes, atomically).
+        Some(s) => match aggregate(out, job.cfg.capital) {
+            Ok(_) => tracing::info!("shard {s}: every window of the run is done; report written"),
+            Err(TrainError::Incomplete { missing, .. }) => tracing::info!(
+                "shard {s} done; {} windows of other shards still missing; `foxhunt report {}` \
+                 aggregates once they are done",
+                missing.len(),
+                out.display()
+            ),
+            Err(e) => return Err(e),
+        },
+    }
+    Ok(report.report)
+}
+
+/// What every window of a run shares.
+struct RunCtx<'a> {
+    job: &'a Job<'a>,
+    opts: &'a RunOptions,
+    exec: Execution,
+    bars: &'a Bars,
+}
+
+/// One worker's own memory: its host pool and its device's (a GPU context, or none).
+struct Worker {
+    pool: HostPool,
+    device: DeviceRun,
+}
+
+impl Worker {
+    fn new(gpu: &Option<Gpu>) -> Self {
+        #[cfg(feature = "cuda")]
+        let device = match gpu {
+            Some(ctx) => DeviceRun::Gpu(crate::engine::device::GpuRun::new(ctx)),
+            None => DeviceRun::Cpu,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let device = match gpu {
+            Some(g) => match *g {},
+            None => DeviceRun::Cpu,
+        };
+        Self {
+            pool: HostPool::new(),
+            device,
+        }
+    }
+}
+
+impl RunCtx<'_> {
+    /// Trains `windows` (in order), one worker per slot taking the next window from a shared
+    /// queue; each window's results are its own (seeded by the window), so they equal a
+    /// one-worker run's whatever worker trains it. Returns the results in window order and the
+    /// pools' bookkeeping, summed. The first error stops every worker after its window.
+    fn train_windows(
+        &self,
+        windows: &[&Window],
+        slots: &[Option<Gpu>],
+    ) -> Result<(Vec<WindowResult>, foxhunt_memory::PoolStats), TrainError> {
+        if let [gpu] = slots {
+            let mut worker = Worker::new(gpu);
+            let mut budget = self.opts.stop_after_epochs;
+            let done = windows
+                .iter()
+                .map(|w| self.train_window(w, &mut worker, &mut budget))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok((done, worker.pool.stats()));
+        }
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let results: Mutex<Vec<(usize, WindowResult)>> = Mutex::new(Vec::new());
+        let error: Mutex<Option<TrainError>> = Mutex::new(None);
+        let mut pool = foxhunt_memory::PoolStats::default();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = slots
+                .iter()
+                .map(|gpu| {
+                    let (next, failed, results, error) = (&next, &failed, &results, &error);
+                    scope.spawn(move || {
+                        let mut worker = Worker::new(gpu);
+                        let mut budget = None;
+                        while !failed.load(Ordering::SeqCst) {
+                            let i = next.fetch_add(1, Ordering::SeqCst);
+                            let Some(w) = windows.get(i) else { break };
+                            match self.train_window(w, &mut worker, &mut budget) {
+                                Ok(r) => results.lock().expect("no worker panics").push((i, r)),
+                                Err(e) => {
+                                    failed.store(true, Ordering::SeqCst);
+                                    error.lock().expect("no worker panics").get_or_insert(e);
+                                }
+                            }
+                        }
+                        worker.pool.stats()
+                    })
+                })
+                .collect();
+            for h in handles {
+                pool.add(&h.join().expect("a worker does not panic"));
+            }
+        });
+        if let Some(e) = error.into_inner().expect("no worker panics") {
+            return Err(e);
+        }
+        let mut done = results.into_inner().expect("no worker panics");
+        done.sort_by_key(|(i, _)| *i);
+        Ok((done.into_iter().map(|(_, r)| r).collect(), pool))
+    }
+
+    /// One window: read back when a resumed run finished it, else trained (or continued) on
+    /// `worker`, its results written to its folder. `budget` counts the epochs left of
+    /// `--stop-after-epochs` (`Err(Stopped)` when it ends).
+    fn train_window(
+        &self,
+        w: &Window,
+        worker: &mut Worker,
+        budget: &mut Option<usize>,
+    ) -> Result<WindowResult, TrainError> {
+        let (job, opts, out) = (self.job, self.opts, &self.opts.out);
+        let stopped = || TrainError::Stopped {
+            epochs: opts.stop_after_epochs.unwrap_or(0),
+        };
         let dir = WindowDir::new(out, w.index);
         if opts.resume && dir.report().exists() {
-            done.push(read_window(&dir)?);
             tracing::info!("window {} already finished: read back", w.index);
-            bars.window_done();
-            continue;
+            self.bars.window_done();
+            return read_window(&dir);
         }
-        if budget == Some(0) {
+        if *budget == Some(0) {
             // The epochs asked for ended with the previous window: stop before this one.
-            bars.finish();
             return Err(stopped());
         }
         let _window_lock = dir.lock()?;
@@ -250,12 +485,13 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         let ctx = WindowCtx {
             job,
             w,
-            exec,
+            exec: self.exec,
             dir: &dir,
             resume: opts.resume,
-            bars: &bars,
+            bars: self.bars,
         };
-        let (report, window_phases, curves) = match ctx.train(&mut pool, &mut device, &mut budget) {
+        let (report, phases, curves) = match ctx.train(&mut worker.pool, &mut worker.device, budget)
+        {
             Ok(o) => {
                 write_json(&dir.curves(), &o.curves)?;
                 (o.report, o.phases, Some(o.curves))
@@ -272,70 +508,20 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
                 WindowFailure {
                     error: TrainError::Stopped { .. },
                     ..
-                } => {
-                    bars.finish();
-                    return Err(stopped());
-                }
-                WindowFailure { error, .. } => {
-                    bars.finish();
-                    return Err(error);
-                }
+                } => return Err(stopped()),
+                WindowFailure { error, .. } => return Err(error),
             },
         };
-        write_json(&dir.phases(), &window_phases)?;
+        write_json(&dir.phases(), &phases)?;
         // Written last: its presence marks the window finished for --resume.
         write_json(&dir.report(), &report)?;
-        done.push(WindowResult {
+        self.bars.window_done();
+        Ok(WindowResult {
             report,
-            phases: window_phases,
+            phases,
             curves,
-        });
-        bars.window_done();
+        })
     }
-    bars.finish();
-    #[cfg(feature = "cuda")]
-    if let Some(ctx) = &gpu {
-        let k = ctx.compile_stats();
-        tracing::info!(
-            "kernel modules: {} compiled, {} from the kernel cache, {} damaged entries rebuilt",
-            k.compiled,
-            k.cached,
-            k.rebuilt
-        );
-        for e in k.cache_errors {
-            tracing::warn!("kernel cache not written (the next run compiles again): {e}");
-        }
-    }
-    let device_name = match resolved {
-        Resolved::Cpu => "cpu",
-        Resolved::Cuda => "cuda",
-    };
-    let report = assemble(
-        &plan,
-        done,
-        job.cfg.capital,
-        RunMeta {
-            device: device_name.into(),
-            device_open_ms,
-            pool: pool.stats(),
-        },
-    );
-    match opts.shard {
-        None => write_outputs(out, &report.report, &report.curves)?,
-        // The shard that finds every window done writes the run's report (two finishing
-        // together write the same bytes, atomically).
-        Some(s) => match aggregate(out, job.cfg.capital) {
-            Ok(_) => tracing::info!("shard {s}: every window of the run is done; report written"),
-            Err(TrainError::Incomplete { missing, .. }) => tracing::info!(
-                "shard {s} done; {} windows of other shards still missing; `foxhunt report {}` \
-                 aggregates once they are done",
-                missing.len(),
-                out.display()
-            ),
-            Err(e) => return Err(e),
-        },
-    }
-    Ok(report.report)
 }
 
 /// One window's finished results, as trained or read back.

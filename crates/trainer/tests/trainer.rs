@@ -55,6 +55,19 @@ fn run_plan(
     stop: Option<usize>,
     shard: Option<Shard>,
 ) -> Result<foxhunt_trainer::RunReport, TrainError> {
+    run_workers(cfg, w, out, resume, stop, shard, 1)
+}
+
+/// [`run_plan`] on `workers` workers of the run's device.
+fn run_workers(
+    cfg: &TrainConfig,
+    w: &WalkForwardConfig,
+    out: &Path,
+    resume: bool,
+    stop: Option<usize>,
+    shard: Option<Shard>,
+    workers: usize,
+) -> Result<foxhunt_trainer::RunReport, TrainError> {
     let d = foxhunt_testkit::es_dataset();
     let spec = SpecTable::default().get("ES").expect("ES").clone();
     foxhunt_trainer::run(
@@ -71,6 +84,8 @@ fn run_plan(
             stop_after_epochs: stop,
             progress: false,
             shard,
+            devices: foxhunt_trainer::Devices::One,
+            workers_per_device: workers,
         },
     )
 }
@@ -328,6 +343,30 @@ fn sharded_runs_aggregate_to_the_unsharded_run() {
         .cloned()
         .collect();
     assert_eq!(r.windows, mine);
+}
+
+/// Windows spread over three workers taking them from one queue give, window by window, what
+/// one worker gives: the report and its results equal, byte for byte.
+#[test]
+fn several_workers_give_the_one_worker_results() {
+    let cfg = TrainConfig {
+        epochs: 2,
+        ..small()
+    };
+    let w = weekly();
+    let ((_t1, one), (_t2, three)) = (scratch("workers-1"), scratch("workers-3"));
+    let a = run_workers(&cfg, &w, &one, false, None, None, 1).expect("one worker");
+    let b = run_workers(&cfg, &w, &three, false, None, None, 3).expect("three workers");
+    assert!(a.windows.len() >= 6);
+    assert_eq!(results(&a), results(&b));
+    assert_eq!(
+        std::fs::read(one.join("equity.csv")).expect("csv"),
+        std::fs::read(three.join("equity.csv")).expect("csv")
+    );
+    let (_t3, stop) = scratch("workers-stop");
+    let e = run_workers(&cfg, &w, &stop, false, Some(2), None, 2).expect_err("refused");
+    assert!(e.to_string().contains("--stop-after-epochs"), "{e}");
+    assert!(!stop.exists(), "refused before the run directory");
 }
 
 #[test]
