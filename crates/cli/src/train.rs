@@ -21,6 +21,13 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     };
     println!("{}", summary(&report));
     println!("run directory: {}", out.display());
+    if let Some(s) = args.shard()? {
+        println!(
+            "shard {s}: the table above covers this shard's windows only; `foxhunt report {}` \
+             gives the run's once every shard is done",
+            out.display()
+        );
+    }
     // A shard that owns no window (more shards than windows) has nothing to report.
     if !report.windows.is_empty() && !report.has_result() {
         bail!(
@@ -55,12 +62,14 @@ pub struct ReportArgs {
     pub run_dir: PathBuf,
 }
 
-/// Aggregates a run from its windows' folders (every shard's), writes its report and prints
-/// the summary table; a window not finished yet is an error that lists the missing windows
-/// and their shards. A run written before plan.json existed is only summarized.
+/// Prints the summary table of a run. A run without its report yet (a sharded run whose last
+/// shard has not finished it, an interrupted run) is aggregated from its windows' folders and
+/// its report written; a window not finished yet is an error that lists the missing windows and
+/// their shards. A report already written (by the run, or the shard that finished it) is read
+/// as it is: it holds what only the training process knew (device, pool, open time).
 pub fn report(args: &ReportArgs) -> Result<()> {
     let dir = &args.run_dir;
-    let r: RunReport = if dir.join("plan.json").exists() {
+    let r: RunReport = if !dir.join("report.json").exists() && dir.join("plan.json").exists() {
         let config: serde_json::Value = read_json(&dir.join("config.json"))?;
         let capital = config["train"]["capital"]
             .as_f64()

@@ -402,17 +402,24 @@ fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
     ] {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
+    let written = std::fs::read(out_dir.join("report.json")).expect("report");
     let report = foxhunt(&["report", &out_arg]);
     assert!(report.status.success());
     assert_eq!(
         stdout(&report),
         std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary")
     );
+    assert_eq!(
+        std::fs::read(out_dir.join("report.json")).expect("report"),
+        written,
+        "foxhunt report reads a finished run's report, never rewrites it"
+    );
 }
 
-/// `foxhunt train` of a small CPU run on the bundled data into `out`, with `extra` flags; an
-/// extra `!--flag` takes the base's `--flag VALUE` out (clap refuses most flags given twice).
-fn train_small(out: &std::path::Path, extra: &[&str]) -> Output {
+/// The arguments of a small CPU `foxhunt train` on the bundled data into `out`, with `extra`
+/// flags; an extra `!--flag` takes the base's `--flag VALUE` out (clap refuses most flags given
+/// twice).
+fn small_train_args(out: &std::path::Path, extra: &[&str]) -> Vec<String> {
     let out = out.display().to_string();
     let mut args = vec![
         "train",
@@ -450,7 +457,13 @@ fn train_small(out: &std::path::Path, extra: &[&str]) -> Output {
         args.drain(at..at + 2);
     }
     args.extend(extra.iter().filter(|a| !a.starts_with('!')));
-    foxhunt(&args)
+    args.into_iter().map(String::from).collect()
+}
+
+/// Runs [`small_train_args`].
+fn train_small(out: &std::path::Path, extra: &[&str]) -> Output {
+    let args = small_train_args(out, extra);
+    foxhunt(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 #[test]
@@ -642,36 +655,21 @@ fn two_processes_on_one_run_directory_never_both_run() {
     let scratch = Scratch::new("cli-two");
     let dir = scratch.join("run");
     let spawn = || {
-        let d = dir.display().to_string();
         Command::new(env!("CARGO_BIN_EXE_foxhunt"))
-            .args([
-                "train",
-                "--data-dir",
-                "test_data/futures-baseline",
-                "--symbol",
-                "ES.FUT",
-                "--train-months",
-                "3",
-                "--val-months",
-                "1",
-                "--test-months",
-                "1",
-                "--step-months",
-                "1",
-                "--epochs",
-                "2",
-                "--max-steps-per-epoch",
-                "20",
-                "--envs",
-                "4",
-                "--hidden",
-                "8",
-                "--device",
-                "cpu",
-                "--no-progress",
-                "--out",
-                &d,
-            ])
+            .args(small_train_args(
+                &dir,
+                &[
+                    "!--epochs",
+                    "--epochs",
+                    "2",
+                    "!--max-steps-per-epoch",
+                    "--max-steps-per-epoch",
+                    "20",
+                    "!--envs",
+                    "--envs",
+                    "4",
+                ],
+            ))
             .current_dir(root())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -719,34 +717,23 @@ fn a_shard_from_the_job_array_environment_and_a_report_of_what_is_missing() {
     let scratch = Scratch::new("cli-shard");
     let dir = scratch.join("run");
     let d = dir.display().to_string();
-    let args = [
-        "train",
-        "--data-dir",
-        "test_data/futures-baseline",
-        "--symbol",
-        "ES.FUT",
-        "--train-weeks",
-        "4",
-        "--val-weeks",
-        "1",
-        "--test-weeks",
-        "1",
-        "--step-weeks",
-        "2",
-        "--epochs",
-        "1",
-        "--max-steps-per-epoch",
-        "4",
-        "--envs",
-        "2",
-        "--hidden",
-        "8",
-        "--device",
-        "cpu",
-        "--no-progress",
-        "--out",
-        &d,
-    ];
+    let args = small_train_args(
+        &dir,
+        &[
+            "!--train-months",
+            "--train-weeks",
+            "4",
+            "!--val-months",
+            "--val-weeks",
+            "1",
+            "!--test-months",
+            "--test-weeks",
+            "1",
+            "!--step-months",
+            "--step-weeks",
+            "2",
+        ],
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_foxhunt"))
         .args(args)
         .env("SLURM_ARRAY_TASK_ID", "0")
