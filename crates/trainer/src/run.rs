@@ -206,11 +206,6 @@ enum DeviceRun {
 /// was also written to `out/report.json`.
 pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     job.cfg.validate()?;
-    crate::budget::check(
-        job.cfg,
-        job.dataset.features.cols,
-        crate::budget::available_memory(),
-    )?;
     let plan = foxhunt_data::walkforward::plan(&job.dataset.series.row_days(), job.windows)?;
     if plan.windows.is_empty() {
         // Refused before a run directory is made: a run that trains nothing is no result.
@@ -229,7 +224,11 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         )));
     }
     let learning_starts = job.cfg.learning_starts.max(job.cfg.dqn.batch_size);
-    let collected = job.cfg.envs * job.cfg.max_steps_per_epoch * job.cfg.epochs;
+    let collected = job
+        .cfg
+        .envs
+        .saturating_mul(job.cfg.max_steps_per_epoch)
+        .saturating_mul(job.cfg.epochs);
     if learning_starts > collected.min(job.cfg.dqn.replay_capacity) {
         tracing::warn!(
             "no update can happen: learning starts once the replay holds {learning_starts} \
@@ -266,6 +265,13 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             slots.len()
         )));
     }
+    // Each worker holds its own agent, replay and environments.
+    crate::budget::check(
+        job.cfg,
+        job.dataset.features.cols,
+        slots.len(),
+        crate::budget::available_memory(),
+    )?;
     let resolved = match slots.first() {
         Some(Some(_)) => Resolved::Cuda,
         _ => Resolved::Cpu,
@@ -301,7 +307,8 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     bars.finish();
     let (done, pool) = trained?;
     #[cfg(feature = "cuda")]
-    for ctx in slots.iter().flatten() {
+    // A device's workers share its context: one line per device.
+    for ctx in slots.iter().flatten().step_by(opts.workers_per_device) {
         let k = ctx.compile_stats();
         tracing::info!(
             "kernel modules: {} compiled, {} from the kernel cache, {} damaged entries rebuilt",
