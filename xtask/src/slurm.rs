@@ -114,16 +114,11 @@ fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The results of a run's report.json (not timings, device or pool), as JSON.
+/// The results of a run's report.json (`RunReport::results`).
 fn results(dir: &Path) -> Result<serde_json::Value> {
     let r: foxhunt_trainer::RunReport =
         foxhunt_trainer::report::read_json(&dir.join("report.json"))?;
-    Ok(serde_json::json!({
-        "windows": r.windows,
-        "skipped": r.skipped,
-        "empty_windows": r.empty_windows,
-        "aggregate": r.aggregate,
-    }))
+    Ok(r.results())
 }
 
 pub fn run(root: &Path) -> Result<()> {

@@ -147,6 +147,18 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// What the report holds as results, apart from what the process that wrote it measured
+    /// (timings, device, pool): the windows, the skipped and empty ones, the aggregate. A
+    /// sharded or multi-worker run equals a one-process run in these.
+    pub fn results(&self) -> serde_json::Value {
+        serde_json::json!({
+            "windows": self.windows,
+            "skipped": self.skipped,
+            "empty_windows": self.empty_windows,
+            "aggregate": self.aggregate,
+        })
+    }
+
     /// Whether any window finished with a result: a run where none did (every window failed)
     /// has no out-of-sample result, and `foxhunt train` exits non-zero.
     pub fn has_result(&self) -> bool {

@@ -46,48 +46,77 @@ pub(crate) fn prepare(
         if path.exists() {
             return Err(taken());
         }
-        if let Ok(entries) = std::fs::read_dir(out)
-            && let Some(e) = entries
-                .filter_map(|e| e.ok())
-                .find(|e| e.file_name() != foxhunt_fs::LOCK_FILE)
-        {
-            return Err(TrainError::Options(format!(
-                "{} is not empty (it holds {}) and is not a foxhunt run; --out takes a new or \
-                 empty directory",
-                out.display(),
-                e.file_name().to_string_lossy()
-            )));
-        }
-        Ok(())
+        refuse_foreign(out)
     };
     if !resume {
         check_unused()?;
     }
     if lock.is_none() {
-        std::fs::create_dir_all(out).map_err(|source| foxhunt_fs::FsError {
-            path: out.to_path_buf(),
-            what: "create the directory",
-            source,
-        })?;
+        create_dir(out)?;
         lock = Some(foxhunt_fs::lock_dir(out)?);
     }
     let lock = lock.expect("taken above");
     if resume {
-        let saved: serde_json::Value = read_json(&path)?;
-        if &saved != config {
-            return Err(TrainError::Options(format!(
-                "--resume: {} was written for another configuration; differing settings: {}",
-                path.display(),
-                foxhunt_fs::json_diff(&saved, config)
-            )));
-        }
+        same_config(&path, config, "--resume")?;
         return Ok(lock);
     }
     // Another process may have run here between the check and the lock.
     check_unused()?;
-    write_json(&path, config)?;
-    write_json(&out.join(PLAN_FILE), plan)?;
+    write_run(out, config, plan)?;
     Ok(lock)
+}
+
+/// Refuses a directory holding anything but foxhunt's lock file: nothing foxhunt did not
+/// write is overwritten.
+fn refuse_foreign(out: &Path) -> Result<(), TrainError> {
+    if let Ok(entries) = std::fs::read_dir(out)
+        && let Some(e) = entries
+            .filter_map(|e| e.ok())
+            .find(|e| e.file_name() != foxhunt_fs::LOCK_FILE)
+    {
+        return Err(TrainError::Options(format!(
+            "{} is not empty (it holds {}) and is not a foxhunt run; --out takes a new or \
+             empty directory",
+            out.display(),
+            e.file_name().to_string_lossy()
+        )));
+    }
+    Ok(())
+}
+
+fn create_dir(out: &Path) -> Result<(), TrainError> {
+    std::fs::create_dir_all(out).map_err(|source| {
+        foxhunt_fs::FsError {
+            path: out.to_path_buf(),
+            what: "create the directory",
+            source,
+        }
+        .into()
+    })
+}
+
+/// Refuses a run directory whose config.json (`path`) differs from `config`, naming the
+/// differing settings; `who` says what asked (`--resume`, a shard).
+fn same_config(path: &Path, config: &serde_json::Value, who: &str) -> Result<(), TrainError> {
+    let saved: serde_json::Value = read_json(path)?;
+    if &saved != config {
+        return Err(TrainError::Options(format!(
+            "{who}: {} was written for another configuration; differing settings: {}",
+            path.display(),
+            foxhunt_fs::json_diff(&saved, config)
+        )));
+    }
+    Ok(())
+}
+
+/// A new run's config.json, then its plan.json.
+fn write_run(
+    out: &Path,
+    config: &serde_json::Value,
+    plan: &foxhunt_data::walkforward::Plan,
+) -> Result<(), TrainError> {
+    write_json(&out.join("config.json"), config)?;
+    write_json(&out.join(PLAN_FILE), plan)
 }
 
 /// The plan of a run's windows (`plan.json`), written with its config: what `foxhunt report`
@@ -111,37 +140,19 @@ pub(crate) fn prepare_shared(
     let path = out.join("config.json");
     // Whether or not --resume is given, the first of a run's shards to start makes the run: a
     // scheduler retries a task with the command line it first ran (docs/SCALING.md).
-    if !path.exists() {
-        // A first shard makes the run: the rules of a new run directory apply, and another
-        // shard arriving meanwhile waits for it rather than failing.
-        if !out.join(foxhunt_fs::LOCK_FILE).exists()
-            && let Ok(entries) = std::fs::read_dir(out)
-            && let Some(e) = entries.filter_map(|e| e.ok()).next()
-        {
-            return Err(TrainError::Options(format!(
-                "{} is not empty (it holds {}) and is not a foxhunt run; --out takes a new or \
-                 empty directory",
-                out.display(),
-                e.file_name().to_string_lossy()
-            )));
-        }
+    // A first shard makes the run: the rules of a new run directory apply (a lock file means
+    // another shard is making it, and this one waits for it rather than failing).
+    if !path.exists() && !out.join(foxhunt_fs::LOCK_FILE).exists() {
+        refuse_foreign(out)?;
     }
-    std::fs::create_dir_all(out).map_err(|source| foxhunt_fs::FsError {
-        path: out.to_path_buf(),
-        what: "create the directory",
-        source,
-    })?;
+    create_dir(out)?;
     let _lock = foxhunt_fs::lock_dir_within(out, std::time::Duration::from_secs(60))?;
     if path.exists() {
-        let saved: serde_json::Value = read_json(&path)?;
-        if &saved != config {
-            return Err(TrainError::Options(format!(
-                "shard {shard}: {} was written for another configuration by another shard or \
-                 run; every shard of a run takes the same settings; differing: {}",
-                path.display(),
-                foxhunt_fs::json_diff(&saved, config)
-            )));
-        }
+        same_config(
+            &path,
+            config,
+            &format!("shard {shard} (every shard of a run takes the same settings)"),
+        )?;
         let saved: foxhunt_data::walkforward::Plan = read_json(&out.join(PLAN_FILE))?;
         if &saved != plan {
             return Err(TrainError::Options(format!(
@@ -150,8 +161,7 @@ pub(crate) fn prepare_shared(
             )));
         }
     } else {
-        write_json(&path, config)?;
-        write_json(&out.join(PLAN_FILE), plan)?;
+        write_run(out, config, plan)?;
     }
     write_json(
         &out.join(SHARDS_DIR)

@@ -250,15 +250,9 @@ fn weekly() -> WalkForwardConfig {
     )
 }
 
-/// What a report holds as results (not timings or the process's device and pool), as bytes.
+/// A report's results as bytes (`RunReport::results`).
 fn results(r: &foxhunt_trainer::RunReport) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "windows": r.windows,
-        "skipped": r.skipped,
-        "empty_windows": r.empty_windows,
-        "aggregate": r.aggregate,
-    }))
-    .expect("json")
+    serde_json::to_vec(&r.results()).expect("json")
 }
 
 /// Shards of one run directory, started alone, together and under other settings: the
