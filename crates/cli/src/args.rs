@@ -197,7 +197,7 @@ pub struct TrainFlags {
     /// cpu, cuda or auto [default: auto].
     #[arg(long, value_enum)]
     pub device: Option<DeviceChoice>,
-    /// How the GPU runs an epoch's steps: eager or one-launch [default: eager].
+    /// How the GPU runs an epoch's steps: eager or one-launch [default: one-launch].
     #[arg(long, value_enum)]
     pub step_loop: Option<StepLoop>,
     /// Epochs per window [default: 5].
@@ -738,7 +738,7 @@ mod tests {
             ("anchored", &["--anchored"]),
             ("min_bars", &["--min-bars", "7"]),
             ("device", &["--device", "cpu"]),
-            ("step_loop", &["--step-loop", "one-launch"]),
+            ("step_loop", &["--step-loop", "eager"]),
             ("epochs", &["--epochs", "2"]),
             ("max_steps_per_epoch", &["--max-steps-per-epoch", "3"]),
             ("batch_size", &["--batch-size", "3"]),

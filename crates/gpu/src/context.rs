@@ -27,14 +27,15 @@ pub struct CompileStats {
 }
 
 /// A CUDA device: its context (the primary one, shared with burn-cuda), the stream all of
-/// foxhunt's work on it goes to, and the kernel modules compiled so far.
+/// foxhunt's work through this handle goes to, and the kernel modules compiled so far (shared
+/// by the handles of one device's workers, [`GpuContext::worker`]).
 pub struct GpuContext {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     arch: String,
     cache: KernelCache,
-    modules: Mutex<HashMap<Module, Arc<CudaModule>>>,
-    stats: Mutex<CompileStats>,
+    modules: Arc<Mutex<HashMap<Module, Arc<CudaModule>>>>,
+    stats: Arc<Mutex<CompileStats>>,
 }
 
 impl GpuContext {
@@ -83,8 +84,27 @@ impl GpuContext {
             stream,
             arch: format!("sm_{major}{minor}"),
             cache,
-            modules: Mutex::new(HashMap::new()),
-            stats: Mutex::new(CompileStats::default()),
+            modules: Arc::new(Mutex::new(HashMap::new())),
+            stats: Arc::new(Mutex::new(CompileStats::default())),
+        }))
+    }
+
+    /// Another handle on the same device and context with a stream of its own (non-blocking),
+    /// sharing the compiled modules: for a second worker on one GPU, whose launches and copies
+    /// may then overlap this one's instead of queueing behind them on one stream. cudarc orders
+    /// the streams' uses of one buffer by events.
+    pub fn worker(&self) -> Result<Arc<Self>, GpuError> {
+        let stream = self
+            .ctx
+            .new_stream()
+            .map_err(GpuError::driver("creating a worker's stream"))?;
+        Ok(Arc::new(Self {
+            ctx: self.ctx.clone(),
+            stream,
+            arch: self.arch.clone(),
+            cache: self.cache.clone(),
+            modules: self.modules.clone(),
+            stats: self.stats.clone(),
         }))
     }
 

@@ -27,12 +27,12 @@ pub enum DeviceChoice {
 #[serde(rename_all = "kebab-case")]
 pub enum StepLoop {
     /// Several kernel launches per step (acting, environment step, sampling, about forty for
-    /// the update): the path whose GPU tests have passed on the H200.
-    #[default]
+    /// the update).
     Eager,
     /// Every step of the epoch in one kernel launch where the network fits it (two copies of
     /// its weights in one block's shared memory, at most 8 hidden layers), else `eager`,
-    /// saying why. Opt-in until its equality tests have run on a GPU (docs/TRAINING.md).
+    /// saying why (docs/TRAINING.md).
+    #[default]
     OneLaunch,
 }
 
@@ -67,7 +67,7 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Device (default auto).
     pub device: DeviceChoice,
-    /// How the GPU runs the step loop (default eager; the CPU ignores it).
+    /// How the GPU runs the step loop (default one-launch; the CPU ignores it).
     pub step_loop: StepLoop,
     /// Seed of everything random in the run (default 0).
     pub seed: u64,
@@ -91,7 +91,7 @@ impl Default for TrainConfig {
             learning_starts: 1000,
             checkpoint_every: 1,
             device: DeviceChoice::Auto,
-            step_loop: StepLoop::Eager,
+            step_loop: StepLoop::OneLaunch,
             seed: 0,
             capital: 100_000.0,
             costs: Costs::default(),

@@ -178,8 +178,16 @@ fn open_workers(
         }
     };
     let mut slots = Vec::with_capacity(opened.len() * per_device);
-    for gpu in &opened {
-        slots.extend(std::iter::repeat_n(gpu.clone(), per_device));
+    for gpu in opened {
+        slots.push(gpu.clone());
+        for _ in 1..per_device {
+            // Workers on one GPU each queue on a stream of their own, so that one's kernels
+            // fill what the other leaves idle; one worker keeps the device's default stream.
+            #[cfg(feature = "cuda")]
+            slots.push(gpu.as_ref().map(|g| g.worker()).transpose()?);
+            #[cfg(not(feature = "cuda"))]
+            slots.push(gpu.clone());
+        }
     }
     Ok(slots)
 }
