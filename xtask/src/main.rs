@@ -1,11 +1,13 @@
 //! xtask: foxhunt's developer tasks (`cargo xtask --help`).
 
 mod bench;
+mod check_report;
 mod dbn_out;
 mod profile;
 mod slurm;
 mod synth;
 mod testdata;
+mod tools;
 
 use std::path::PathBuf;
 
@@ -69,6 +71,9 @@ enum Command {
     /// (needs slurmctld, slurmd, slurm-client and munge, as root); the aggregate must equal an
     /// unsharded run.
     SlurmTest,
+    /// report.html of a small bundled-data run in headless Chromium (Debian's `chromium`): a
+    /// screenshot in target/check-report/report.png, and every chart with data in the DOM.
+    CheckReport,
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -167,6 +172,7 @@ fn main() -> Result<()> {
         } => profile::run(&root, &device, compare.as_deref(), &train),
         Command::Testdata { check } => testdata::run(&root, check),
         Command::SlurmTest => slurm::run(&root),
+        Command::CheckReport => check_report::run(&root),
         #[cfg(feature = "cuda")]
         Command::Kernels { arch } => {
             for m in foxhunt_gpu::Module::ALL {

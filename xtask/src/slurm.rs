@@ -5,11 +5,13 @@
 //! unsharded run's results, and stops the daemons it started. Needs Debian's slurmctld, slurmd,
 //! slurm-client and munge, and root (the daemons run as root here).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+
+use crate::tools::{foxhunt_binary, output, tool};
 
 /// The training flags every shard and the unsharded run take: week-sized windows over the
 /// bundled ES data (about ten windows), a small network, so the whole test takes seconds a shard.
@@ -83,35 +85,11 @@ impl Daemons {
     }
 }
 
-fn tool(name: &str) -> Result<PathBuf> {
-    for dir in ["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin"] {
-        let p = Path::new(dir).join(name);
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    bail!(
-        "{name} not found: install Slurm and MUNGE (Debian: apt-get install slurmctld slurmd \
-         slurm-client munge)"
-    )
-}
-
 /// A TCP port nothing listens on now.
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
-}
-
-fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The results of a run's report.json (`RunReport::results`).
@@ -122,6 +100,7 @@ fn results(dir: &Path) -> Result<serde_json::Value> {
 }
 
 pub fn run(root: &Path) -> Result<()> {
+    let tool = |name| tool(name, "slurmctld slurmd slurm-client munge");
     let (munged, slurmctld, slurmd, sbatch, sinfo, mungekey) = (
         tool("munged")?,
         tool("slurmctld")?,
@@ -130,15 +109,7 @@ pub fn run(root: &Path) -> Result<()> {
         tool("sinfo")?,
         tool("mungekey")?,
     );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    tracing::info!("building the foxhunt binary");
-    output(
-        Command::new(&cargo)
-            .args(["build", "--locked", "-p", "foxhunt", "--bin", "foxhunt"])
-            .current_dir(root),
-    )?;
-    let foxhunt = root.join("target/debug/foxhunt");
-    ensure!(foxhunt.is_file(), "{} was not built", foxhunt.display());
+    let foxhunt = foxhunt_binary(root)?;
 
     let dir = std::env::temp_dir().join(format!("foxhunt-slurm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -24,7 +24,7 @@ enum Command {
     /// Train a DQN agent on each walk-forward window; report out-of-sample results beside the
     /// baselines and the phase breakdown of every epoch.
     Train(Box<foxhunt::args::TrainArgs>),
-    /// Print the summary of a finished training run.
+    /// Print the summary of a finished training run (and, with --html, write its report.html).
     Report(train::ReportArgs),
     /// Run a baseline strategy over a date range and print its metrics.
     Backtest(backtest::BacktestArgs),

@@ -1,4 +1,5 @@
-//! `foxhunt train` and `foxhunt report`: the walk-forward training run and its summary.
+//! `foxhunt train` and `foxhunt report`: the walk-forward training run, its summary and its
+//! report.html.
 
 use std::path::PathBuf;
 
@@ -21,6 +22,10 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     };
     println!("{}", summary(&report));
     println!("run directory: {}", out.display());
+    let page = out.join(foxhunt_trainer::html::FILE);
+    if page.exists() {
+        println!("report: {}", page.display());
+    }
     if let Some(s) = args.shard()? {
         println!(
             "shard {s}: the table above covers this shard's windows only; `foxhunt report {}` \
@@ -60,6 +65,9 @@ fn remove_if_unused(out: &std::path::Path) {
 pub struct ReportArgs {
     /// A run directory written by `foxhunt train`.
     pub run_dir: PathBuf,
+    /// Also (re)write the run's report.html (the tearsheet `foxhunt train` writes at its end).
+    #[arg(long)]
+    pub html: bool,
 }
 
 /// Prints the summary table of a run. A run without its report yet (a sharded run whose last
@@ -79,5 +87,9 @@ pub fn report(args: &ReportArgs) -> Result<()> {
         read_json(&dir.join("report.json"))?
     };
     print!("{}", summary(&r));
+    if args.html {
+        let page = foxhunt_trainer::write_html(dir)?;
+        println!("wrote {}", page.display());
+    }
     Ok(())
 }

@@ -399,6 +399,7 @@ fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
         "equity.csv",
         "equity.png",
         "summary.txt",
+        "report.html",
     ] {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
@@ -413,6 +414,15 @@ fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
         std::fs::read(out_dir.join("report.json")).expect("report"),
         written,
         "foxhunt report reads a finished run's report, never rewrites it"
+    );
+    // --html writes the run's report.html again, the same as the run wrote.
+    let page = std::fs::read(out_dir.join("report.html")).expect("report.html");
+    let html = foxhunt(&["report", &out_arg, "--html"]);
+    assert!(html.status.success());
+    assert!(stdout(&html).contains("report.html"), "{}", stdout(&html));
+    assert_eq!(
+        std::fs::read(out_dir.join("report.html")).expect("again"),
+        page
     );
 }
 

@@ -4,18 +4,19 @@
 //! phase breakdown (init, collect, train, sync, eval) of every epoch.
 //!
 //! [`run`] is the loop; [`TrainConfig`] its settings (TOML); [`report`] the run directory's
-//! files; [`phase`] the profiling; [`Shard`] which windows a process of a sharded run trains,
+//! files, [`html`] its report.html and [`charts`] the pictures in it and in equity.png; [`phase`] the profiling; [`Shard`] which windows a process of a sharded run trains,
 //! and [`aggregate`] the run's report from its windows' folders. A window's data lives in a foxhunt-memory arena built once per
 //! window; epochs borrow it; an engine (host or device) collects and learns. The command line
 //! that fills a [`Job`] lives in the `foxhunt` crate.
 
 mod budget;
+pub mod charts;
 pub mod config;
 mod engine;
 mod error;
 pub mod eval;
+pub mod html;
 pub mod phase;
-mod plot;
 pub mod progress;
 pub mod report;
 mod run;
@@ -29,5 +30,5 @@ pub use engine::device::learn_rule;
 pub use error::TrainError;
 pub use phase::PhaseTimes;
 pub use report::RunReport;
-pub use run::{Devices, Job, Resolved, RunOptions, aggregate, resolve_device, run};
+pub use run::{Devices, Job, Resolved, RunOptions, aggregate, resolve_device, run, write_html};
 pub use shard::Shard;

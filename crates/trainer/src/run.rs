@@ -695,23 +695,29 @@ fn write_outputs(
         &out.join("equity.csv"),
         report::equity_csv(curves).as_bytes(),
     )?;
-    if let Some((_, first)) = curves.first() {
-        let series: Vec<(&str, Vec<f64>)> = (0..first.len())
-            .map(|k| {
-                let parts: Vec<&Curve> = curves.iter().map(|(_, c)| &c[k]).collect();
-                (first[k].policy.as_str(), report::chained_equity(&parts))
-            })
-            .collect();
-        crate::plot::equity_png(
-            &out.join("equity.png"),
-            "OUT-OF-SAMPLE EQUITY (NET OF COSTS)",
-            &series,
-        )?;
+    if !curves.is_empty() {
+        crate::charts::Chart::Lines(crate::html::equity_chart(curves))
+            .png(&out.join("equity.png"), crate::html::EQUITY_SIZE)?;
     }
+    crate::html::write(out, report, curves)?;
     Ok(foxhunt_fs::write_atomic(
         &out.join("summary.txt"),
         report::summary(report).as_bytes(),
     )?)
+}
+
+/// Writes report.html of the finished run in `out` from its report.json and its windows'
+/// curves (`foxhunt report --html`), and returns its path.
+pub fn write_html(out: &Path) -> Result<std::path::PathBuf, TrainError> {
+    let report: RunReport = read_json(&out.join("report.json"))?;
+    let mut curves = Vec::new();
+    for w in &report.windows {
+        if w.status == WindowStatus::Ok {
+            curves.push((w.index, read_json(&WindowDir::new(out, w.index).curves())?));
+        }
+    }
+    crate::html::write(out, &report, &curves)?;
+    Ok(out.join(crate::html::FILE))
 }
 
 struct WindowCtx<'a> {

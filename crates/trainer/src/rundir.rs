@@ -170,19 +170,26 @@ pub(crate) fn prepare_shared(
     )
 }
 
-/// The shard counts the run's shards were started with (from their markers), sorted.
-pub(crate) fn shard_counts(out: &Path) -> Vec<usize> {
-    let mut counts: Vec<usize> = std::fs::read_dir(out.join(SHARDS_DIR))
+/// The shards that started on the run (from their markers' names), sorted by count and index.
+pub(crate) fn shards_started(out: &Path) -> Vec<crate::Shard> {
+    let mut shards: Vec<crate::Shard> = std::fs::read_dir(out.join(SHARDS_DIR))
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let rest = name.strip_suffix(".json")?;
-            rest.rsplit_once("-of-")?.1.parse().ok()
+            let rest = name.strip_suffix(".json")?.strip_prefix("shard-")?;
+            let (k, n) = rest.rsplit_once("-of-")?;
+            crate::Shard::new(k.parse().ok()?, n.parse().ok()?).ok()
         })
         .collect();
-    counts.sort_unstable();
+    shards.sort_unstable_by_key(|s| (s.count, s.index));
+    shards
+}
+
+/// The shard counts the run's shards were started with (from their markers), sorted.
+pub(crate) fn shard_counts(out: &Path) -> Vec<usize> {
+    let mut counts: Vec<usize> = shards_started(out).iter().map(|s| s.count).collect();
     counts.dedup();
     counts
 }

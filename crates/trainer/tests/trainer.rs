@@ -136,7 +136,13 @@ fn phase_breakdown_has_one_line_per_epoch_and_init_uploads_only_first() {
     let on_disk: foxhunt_trainer::RunReport =
         foxhunt_trainer::report::read_json(&out.join("report.json")).expect("report");
     assert_eq!(on_disk.phases, r.phases);
-    for f in ["config.json", "equity.csv", "equity.png", "summary.txt"] {
+    for f in [
+        "config.json",
+        "equity.csv",
+        "equity.png",
+        "summary.txt",
+        "report.html",
+    ] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     assert_eq!(r.aggregate.len(), 5, "agent and four baselines");
@@ -149,6 +155,37 @@ fn phase_breakdown_has_one_line_per_epoch_and_init_uploads_only_first() {
     // A second run into the same directory without --resume is refused: nothing is overwritten.
     let again = run(&small(), &out, false, None).expect_err("refused");
     assert!(again.to_string().contains("already holds a run"), "{again}");
+}
+
+/// report.html: every chart drawn with its data, the tables' numbers are report.json's, nothing
+/// fetched when it is viewed, and writing it again from the run directory gives the same file.
+#[test]
+fn the_html_report_holds_every_chart_and_the_reports_numbers() {
+    use foxhunt_trainer::{charts::grouped, html};
+    let (_tmp, out) = scratch("html");
+    let r = run(&small(), &out, false, None).expect("runs");
+    let page = std::fs::read_to_string(out.join(html::FILE)).expect("report.html");
+    let found = html::check(&page, html::CHARTS).unwrap_or_else(|p| panic!("{p:#?}"));
+    assert_eq!(found.len(), html::CHARTS.len());
+    let cell = |v: f64| format!(">{}</td>", grouped(v, 2));
+    for p in &r.aggregate {
+        assert!(page.contains(&cell(p.metrics.total_pnl)), "{}", p.policy);
+    }
+    for w in &r.windows {
+        for p in &w.test_results {
+            assert!(
+                page.contains(&cell(p.metrics.total_pnl)),
+                "window {}",
+                w.index
+            );
+        }
+    }
+    for fetch in ["<script", "<link", " src=", "href=", "url(", "@import"] {
+        assert!(!page.contains(fetch), "report.html holds {fetch}");
+    }
+    std::fs::remove_file(out.join(html::FILE)).expect("remove");
+    let again = foxhunt_trainer::write_html(&out).expect("rewritten");
+    assert_eq!(std::fs::read_to_string(again).expect("read"), page);
 }
 
 #[test]
