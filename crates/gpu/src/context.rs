@@ -91,9 +91,18 @@ impl GpuContext {
 
     /// Another handle on the same device and context with a stream of its own (non-blocking),
     /// sharing the compiled modules: for a second worker on one GPU, whose launches and copies
-    /// may then overlap this one's instead of queueing behind them on one stream. cudarc orders
-    /// the streams' uses of one buffer by events.
+    /// may then overlap this one's instead of queueing behind them on one stream.
+    ///
+    /// A worker's device buffers are allocated, used and freed on its own stream only (its
+    /// window arena, environments, replay and engine are its own; the handles share modules,
+    /// never buffers), so cudarc's cross-stream event tracking, which would record events on
+    /// every buffer of every launch, is turned off for this context's buffers. Call it before
+    /// any worker allocates.
     pub fn worker(&self) -> Result<Arc<Self>, GpuError> {
+        // SAFETY: cudarc's conditions for untracked buffers hold by the rule above: no buffer
+        // is used on a stream other than the one it was allocated on, so none is freed, read or
+        // written while another stream uses it.
+        unsafe { self.ctx.disable_event_tracking() };
         let stream = self
             .ctx
             .new_stream()
