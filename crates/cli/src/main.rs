@@ -1,6 +1,7 @@
 //! The `foxhunt` binary: inspect futures data, backtest baseline strategies, train DQN agents.
 
 mod backtest;
+mod fetch;
 mod inspect;
 mod train;
 
@@ -39,6 +40,9 @@ enum Command {
 enum DataCommand {
     /// Show what a data directory holds: contracts, rolls, gaps, sessions, walk-forward windows.
     Inspect(inspect::InspectArgs),
+    /// Download minute bars from Databento (DATABENTO_API_KEY) as daily .dbn.zst files that
+    /// --data-dir reads: the cost estimate first, resumable.
+    Fetch(fetch::FetchArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +52,9 @@ fn main() -> ExitCode {
         Command::Data {
             command: DataCommand::Inspect(args),
         } => inspect::run(args),
+        Command::Data {
+            command: DataCommand::Fetch(args),
+        } => fetch::run(args),
         Command::Backtest(args) => backtest::run(args),
         Command::Train(args) => train::train(args),
         Command::Report(args) => train::report(args),
