@@ -7,6 +7,7 @@ use std::error::Error;
 use std::path::Path;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::TrainError;
@@ -295,6 +296,80 @@ fn bounds(points: impl Iterator<Item = (f64, f64)>) -> ((f64, f64), (f64, f64)) 
     ((x0, x1), (y0, y1))
 }
 
+/// A chart's frame: caption, margins and label areas (`y_labels` pixels for the y labels).
+fn frame<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &'b str,
+    y_labels: u32,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, (FAMILY, 17))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(y_labels);
+    b
+}
+
+/// Every chart's mesh: fonts, a light grid, the axis descriptions.
+fn house_style<X: Ranged, Y: Ranged, DB: DrawingBackend>(
+    mesh: &mut plotters::chart::MeshStyle<'_, '_, X, Y, DB>,
+    x_desc: &str,
+    y_desc: &str,
+) {
+    mesh.x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style((FAMILY, 12))
+        .axis_desc_style((FAMILY, 13))
+        .light_line_style(RGBColor(244, 244, 244))
+        .max_light_lines(2)
+        .bold_line_style(RGBColor(215, 215, 215));
+}
+
+type Plane = Cartesian2d<RangedCoordf64, RangedCoordf64>;
+
+/// Dashed vertical lines at each marker's x from `y.0` to `y.1`, labelled at the top.
+fn markers<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Plane>,
+    marks: &[(f64, String)],
+    (y0, y1): (f64, f64),
+) -> Drawn
+where
+    DB::ErrorType: 'static,
+{
+    for (x, label) in marks {
+        chart.draw_series(DashedLineSeries::new(
+            [(*x, y0), (*x, y1)],
+            4,
+            4,
+            RGBColor(150, 150, 150).into(),
+        ))?;
+        chart.draw_series(std::iter::once(Text::new(
+            label.clone(),
+            (*x, y1),
+            (FAMILY, 11).into_font().color(&RGBColor(110, 110, 110)),
+        )))?;
+    }
+    Ok(())
+}
+
+/// The series' legend in a corner.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Plane>,
+    at: SeriesLabelPosition,
+) -> Drawn
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .label_font((FAMILY, 12))
+        .draw()?;
+    Ok(())
+}
+
 fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Drawn
 where
     DB::ErrorType: 'static,
@@ -310,25 +385,13 @@ where
     };
     let (x0, x1) = padded(x0, x1);
     let (y0, y1) = padded(y0, y1);
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, (FAMILY, 17))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)?;
+    let mut chart = frame(root, &c.title, 72).build_cartesian_2d(x0..x1, y0..y1)?;
     let date = |x: &f64| day_label(*x);
     let count = |x: &f64| whole_label(*x);
     let y_label = |y: &f64| num_label(*y);
     let mut mesh = chart.configure_mesh();
-    mesh.x_desc(c.x_desc.as_str())
-        .y_desc(c.y_desc.as_str())
-        .label_style((FAMILY, 12))
-        .axis_desc_style((FAMILY, 13))
-        .light_line_style(RGBColor(244, 244, 244))
-        .max_light_lines(2)
-        .bold_line_style(RGBColor(215, 215, 215))
-        .y_label_formatter(&y_label)
-        .x_labels(8);
+    house_style(&mut mesh, &c.x_desc, &c.y_desc);
+    mesh.y_label_formatter(&y_label).x_labels(8);
     match c.x {
         XAxis::Date => mesh.x_label_formatter(&date),
         XAxis::Count => mesh.x_label_formatter(&count),
@@ -340,19 +403,7 @@ where
             BLACK.mix(0.45),
         )))?;
     }
-    for (x, label) in &c.markers {
-        chart.draw_series(DashedLineSeries::new(
-            [(*x, y0), (*x, y1)],
-            4,
-            4,
-            RGBColor(150, 150, 150).into(),
-        ))?;
-        chart.draw_series(std::iter::once(Text::new(
-            label.clone(),
-            (*x, y1),
-            (FAMILY, 11).into_font().color(&RGBColor(110, 110, 110)),
-        )))?;
-    }
+    markers(&mut chart, &c.markers, (y0, y1))?;
     for (i, l) in c.lines.iter().enumerate() {
         let col = color(i);
         let drawn = if c.area {
@@ -374,13 +425,7 @@ where
         }
     }
     if !c.lines.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .label_font((FAMILY, 12))
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     root.present()?;
     Ok(())
@@ -397,24 +442,13 @@ where
         .map(|i| c.layers.iter().map(|(_, v)| v[i].max(0.0)).sum::<f64>())
         .fold(0.0, f64::max);
     let top = if top > 0.0 { top * 1.05 } else { 1.0 };
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, (FAMILY, 17))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(72)
-        .build_cartesian_2d(-0.5..(n as f64 - 0.5).max(0.5), 0.0..top)?;
+    let mut chart =
+        frame(root, &c.title, 72).build_cartesian_2d(-0.5..(n as f64 - 0.5).max(0.5), 0.0..top)?;
     let count = |x: &f64| whole_label(*x);
     let y_label = |y: &f64| num_label(*y);
-    chart
-        .configure_mesh()
-        .x_desc(c.x_desc.as_str())
-        .y_desc(c.y_desc.as_str())
-        .label_style((FAMILY, 12))
-        .axis_desc_style((FAMILY, 13))
-        .light_line_style(RGBColor(244, 244, 244))
-        .max_light_lines(2)
-        .bold_line_style(RGBColor(215, 215, 215))
-        .x_label_formatter(&count)
+    let mut mesh = chart.configure_mesh();
+    house_style(&mut mesh, &c.x_desc, &c.y_desc);
+    mesh.x_label_formatter(&count)
         .y_label_formatter(&y_label)
         .draw()?;
     let mut base = vec![0.0; n];
@@ -434,26 +468,8 @@ where
             .label(name.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
     }
-    for (x, label) in &c.markers {
-        chart.draw_series(DashedLineSeries::new(
-            [(*x, 0.0), (*x, top)],
-            4,
-            4,
-            RGBColor(150, 150, 150).into(),
-        ))?;
-        chart.draw_series(std::iter::once(Text::new(
-            label.clone(),
-            (*x, top),
-            (FAMILY, 11).into_font().color(&RGBColor(110, 110, 110)),
-        )))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .label_font((FAMILY, 12))
-        .draw()?;
+    markers(&mut chart, &c.markers, (0.0, top))?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -467,24 +483,12 @@ where
     let (lo, hi, counts) = c.counts();
     let width = (hi - lo) / counts.len() as f64;
     let top = counts.iter().copied().max().unwrap_or(0).max(1) as f64 * 1.1;
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, (FAMILY, 17))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
-        .build_cartesian_2d(lo..hi, 0.0..top)?;
+    let mut chart = frame(root, &c.title, 56).build_cartesian_2d(lo..hi, 0.0..top)?;
     let x_label = |x: &f64| num_label(*x);
     let y_label = |y: &f64| whole_label(*y);
-    chart
-        .configure_mesh()
-        .x_desc(c.x_desc.as_str())
-        .y_desc("days")
-        .label_style((FAMILY, 12))
-        .axis_desc_style((FAMILY, 13))
-        .light_line_style(RGBColor(244, 244, 244))
-        .max_light_lines(2)
-        .bold_line_style(RGBColor(215, 215, 215))
-        .x_label_formatter(&x_label)
+    let mut mesh = chart.configure_mesh();
+    house_style(&mut mesh, &c.x_desc, "days");
+    mesh.x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
         .x_labels(7)
         .draw()?;

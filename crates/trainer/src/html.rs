@@ -509,23 +509,16 @@ pub fn render(i: &Inputs<'_>) -> String {
         &Chart::Bars(phases_chart(&r.phases)),
         (1200, 340),
     );
-    if !r.phases.is_empty() {
-        let n = r.phases.len() as f64;
-        let mean = |f: fn(&PhaseTimes) -> f64| r.phases.iter().map(f).sum::<f64>() / n;
-        let _ = writeln!(
-            h,
+    if let Some(m) = PhaseTimes::means(&r.phases) {
+        h.push_str(
             "<table id=\"phase-means\"><tr><th>mean ms per epoch</th><th>init</th><th>collect</th>\
-             <th>train</th><th>sync</th><th>eval</th><th>total</th></tr><tr><td>{} epochs</td>\
-             <td class=\"num\">{:.3}</td><td class=\"num\">{:.3}</td><td class=\"num\">{:.3}</td>\
-             <td class=\"num\">{:.3}</td><td class=\"num\">{:.3}</td><td class=\"num\">{:.3}</td></tr></table>",
-            r.phases.len(),
-            mean(|p| p.init),
-            mean(|p| p.collect),
-            mean(|p| p.train),
-            mean(|p| p.sync),
-            mean(|p| p.eval),
-            mean(|p| p.total)
+             <th>train</th><th>sync</th><th>eval</th><th>total</th></tr>",
         );
+        let _ = write!(h, "<tr><td>{} epochs</td>", r.phases.len());
+        for v in m {
+            let _ = write!(h, "<td class=\"num\">{v:.3}</td>");
+        }
+        h.push_str("</tr></table>\n");
     }
     h.push_str("</section>\n");
 

@@ -88,6 +88,21 @@ impl PhaseTimes {
     pub fn values(&self) -> [f64; 5] {
         [self.init, self.collect, self.train, self.sync, self.eval]
     }
+
+    /// The mean per epoch of each phase in [`PHASES`] order, then of the total (None for no
+    /// epochs): what the summary and the HTML report print.
+    pub fn means(phases: &[PhaseTimes]) -> Option<[f64; 6]> {
+        if phases.is_empty() {
+            return None;
+        }
+        let mut m = [0.0; 6];
+        for p in phases {
+            for (acc, v) in m.iter_mut().zip(p.values().into_iter().chain([p.total])) {
+                *acc += v;
+            }
+        }
+        Some(m.map(|v| v / phases.len() as f64))
+    }
 }
 
 /// Timestamps recorded on a device's stream, read back in one go.

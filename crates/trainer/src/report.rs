@@ -322,18 +322,10 @@ pub fn summary(r: &RunReport) -> String {
             );
         }
     }
-    if !r.phases.is_empty() {
-        let n = r.phases.len() as f64;
-        let mean = |f: fn(&PhaseTimes) -> f64| r.phases.iter().map(f).sum::<f64>() / n;
+    if let Some([init, collect, train, sync, eval, total]) = PhaseTimes::means(&r.phases) {
         let _ = writeln!(
             s,
-            "\nmean phase times per epoch (ms): init {:.3} collect {:.3} train {:.3} sync {:.3} eval {:.3} total {:.3}",
-            mean(|p| p.init),
-            mean(|p| p.collect),
-            mean(|p| p.train),
-            mean(|p| p.sync),
-            mean(|p| p.eval),
-            mean(|p| p.total)
+            "\nmean phase times per epoch (ms): init {init:.3} collect {collect:.3} train {train:.3} sync {sync:.3} eval {eval:.3} total {total:.3}",
         );
     }
     s
