@@ -572,3 +572,41 @@ impl<B: Backend> QNetwork<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many rows at once give every output the one-row forward's value exactly, whatever mix
+    /// of two-row, one-row and narrow tiles the row count and width take, with
+    /// inputs that are zero in some rows (ReLU's) and in all.
+    #[test]
+    fn rows_at_once_sum_as_one_row_at_a_time() {
+        let (d_in, d_out) = (37, 64 + 64 + 13);
+        let weight: Vec<f32> = (0..d_in * d_out)
+            .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 0.3)
+            .collect();
+        let bias: Vec<f32> = (0..d_out).map(|o| (o as f32 * 0.11).cos()).collect();
+        let layer = HostLinear::from_parts(weight, bias, d_in, d_out);
+        for rows in 1..=11 {
+            let x: Vec<f32> = (0..rows * d_in)
+                .map(|k| {
+                    let (r, i) = (k / d_in, k % d_in);
+                    // Input 5 is zero in every row; others zero in some rows.
+                    if i == 5 || (i + r) % 3 == 0 {
+                        0.0
+                    } else {
+                        (k as f32 * 0.37).sin() * 2.0
+                    }
+                })
+                .collect();
+            let mut all = Vec::new();
+            layer.forward_rows(&x, rows, &mut all);
+            let mut one = Vec::new();
+            for r in 0..rows {
+                layer.forward(&x[r * d_in..(r + 1) * d_in], &mut one);
+                assert_eq!(&all[r * d_out..(r + 1) * d_out], &one[..], "{rows} rows, row {r}");
+            }
+        }
+    }
+}
