@@ -345,6 +345,21 @@ fn sharded_runs_aggregate_to_the_unsharded_run() {
         std::fs::read(parts.join("equity.csv")).expect("csv"),
         std::fs::read(full_dir.join("equity.csv")).expect("csv")
     );
+    // The sharded run's report.html lists each shard with the windows it owns; the unsharded
+    // run's has no shard table.
+    let page = std::fs::read_to_string(parts.join("report.html")).expect("report.html");
+    for k in 0..3 {
+        let owned: Vec<String> = merged
+            .windows
+            .iter()
+            .filter(|w| w.index % 3 == k)
+            .map(|w| w.index.to_string())
+            .collect();
+        let row = format!("<tr><td>{k} of 3</td><td>{}</td>", owned.join(", "));
+        assert!(page.contains(&row), "{row}");
+    }
+    let plain = std::fs::read_to_string(full_dir.join("report.html")).expect("report.html");
+    assert!(!plain.contains("shard-table"));
     let again = foxhunt_trainer::aggregate(&parts, cfg.capital).expect("complete");
     assert_eq!(
         results(&again),
