@@ -605,7 +605,11 @@ mod tests {
             let mut one = Vec::new();
             for r in 0..rows {
                 layer.forward(&x[r * d_in..(r + 1) * d_in], &mut one);
-                assert_eq!(&all[r * d_out..(r + 1) * d_out], &one[..], "{rows} rows, row {r}");
+                assert_eq!(
+                    &all[r * d_out..(r + 1) * d_out],
+                    &one[..],
+                    "{rows} rows, row {r}"
+                );
             }
         }
     }
