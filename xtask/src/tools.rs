@@ -33,10 +33,12 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 
 /// [`output`] for a program that may hang (a browser): killed after `limit`.
 pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<String> {
+    // One folder per call: the process id and a count of this process's calls.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "foxhunt-xtask-{}-{}",
         std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir)?;
     let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));

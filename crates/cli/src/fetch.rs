@@ -76,10 +76,9 @@ fn file_name(dataset: &str, schema: Schema, day: Date) -> String {
 /// Whether `path` is a whole DBN file: it decodes, records and all, to its end. Returns the
 /// number of records.
 fn complete(path: &Path) -> Result<usize, String> {
-    use databento::dbn::decode::{DbnMetadata, DecodeRecordRef, DynDecoder};
+    use databento::dbn::decode::{DecodeRecordRef, DynDecoder};
     let mut d = DynDecoder::from_file(path, databento::dbn::VersionUpgradePolicy::AsIs)
         .map_err(|e| e.to_string())?;
-    let _ = d.metadata();
     let mut n = 0;
     while d.decode_record_ref().map_err(|e| e.to_string())?.is_some() {
         n += 1;

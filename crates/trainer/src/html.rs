@@ -50,6 +50,20 @@ fn ns_to_days(ns: i64) -> f64 {
 
 /// Each policy's equity chained over the test periods, as (days since epoch, USD).
 fn chained(curves: &[(usize, Vec<Curve>)]) -> Vec<Line> {
+    chained_ns(curves)
+        .into_iter()
+        .map(|(name, points)| Line {
+            name,
+            points: points
+                .into_iter()
+                .map(|(t, v)| (ns_to_days(t), v))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Each policy's name and equity chained over the test periods, at its bars' times (ns UTC).
+fn chained_ns(curves: &[(usize, Vec<Curve>)]) -> Vec<(String, Vec<(i64, f64)>)> {
     let Some((_, first)) = curves.first() else {
         return Vec::new();
     };
@@ -58,10 +72,7 @@ fn chained(curves: &[(usize, Vec<Curve>)]) -> Vec<Line> {
             let parts: Vec<&Curve> = curves.iter().map(|(_, c)| &c[k]).collect();
             let values = chained_equity(&parts);
             let times = parts.iter().flat_map(|c| c.equity.iter().map(|&(t, _)| t));
-            Line {
-                name: first[k].policy.clone(),
-                points: times.zip(values).map(|(t, v)| (ns_to_days(t), v)).collect(),
-            }
+            (first[k].policy.clone(), times.zip(values).collect())
         })
         .collect()
 }
@@ -254,16 +265,10 @@ fn month_of(ns: i64) -> String {
 fn monthly(curves: &[(usize, Vec<Curve>)]) -> (Vec<String>, Vec<(String, Vec<f64>)>) {
     let mut months: Vec<String> = Vec::new();
     let mut table: Vec<(String, Vec<f64>)> = Vec::new();
-    let Some((_, first)) = curves.first() else {
-        return (months, table);
-    };
-    for k in 0..first.len() {
+    for (policy, points) in chained_ns(curves) {
         let mut sums: Vec<f64> = vec![0.0; months.len()];
         let mut prev = 0.0;
-        let parts: Vec<&Curve> = curves.iter().map(|(_, c)| &c[k]).collect();
-        let values = chained_equity(&parts);
-        let times = parts.iter().flat_map(|c| c.equity.iter().map(|&(t, _)| t));
-        for (t, v) in times.zip(values) {
+        for (t, v) in points {
             let m = month_of(t);
             let at = match months.iter().position(|x| *x == m) {
                 Some(at) => at,
@@ -279,7 +284,7 @@ fn monthly(curves: &[(usize, Vec<Curve>)]) -> (Vec<String>, Vec<(String, Vec<f64
             sums[at] += v - prev;
             prev = v;
         }
-        table.push((first[k].policy.clone(), sums));
+        table.push((policy, sums));
     }
     (months, table)
 }
