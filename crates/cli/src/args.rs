@@ -19,7 +19,7 @@ use foxhunt_dqn::config::{
     Activation, Decay, Loss, LossKind, LrSchedule, LrScheduleKind, Prioritized, TargetUpdate,
 };
 use foxhunt_env::SessionRule;
-use foxhunt_trainer::{DeviceChoice, StepLoop, TrainConfig};
+use foxhunt_trainer::{DeviceChoice, Select, StepLoop, Sweep, TrainConfig};
 
 /// Where the data is and how to read it. Every field changes what is read, so all of them are
 /// recorded in a run's config.json (and `--resume` refuses a change).
@@ -336,6 +336,19 @@ pub struct TrainFlags {
     /// Dense layers in full f32 (no TF32 matmul on Hopper; slower).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub full_f32: Option<bool>,
+    /// Agents per setting of --sweep, seeded --seed, --seed + 1, ... [default: 1].
+    #[arg(long)]
+    pub agents: Option<usize>,
+    /// A setting (its TOML key, e.g. dqn.lr) taking several values: KEY=V1,V2,... Repeatable;
+    /// the population is the grid of all swept settings times --agents.
+    #[arg(long, value_name = "KEY=V1,V2,...")]
+    pub sweep: Vec<String>,
+    /// Validation metric that selects the agent and epoch tested [default: pnl].
+    #[arg(long, value_enum)]
+    pub select: Option<Select>,
+    /// Also test the majority vote of the TOP best agents on validation [default: 0: none].
+    #[arg(long, value_name = "TOP")]
+    pub ensemble: Option<usize>,
 }
 
 impl TrainFlags {
@@ -383,6 +396,19 @@ impl TrainFlags {
             eps_decay => c.dqn.epsilon.decay,
             replay_capacity => c.dqn.replay_capacity,
             full_f32 => c.dqn.full_f32,
+            agents => c.agents,
+            select => c.select,
+            ensemble => c.ensemble,
+        }
+        // Each --sweep replaces the config file's values of its key.
+        let mut named = Vec::new();
+        for text in &self.sweep {
+            let (key, values) = Sweep::parse_flag(text)?;
+            if named.contains(&key) {
+                bail!("--sweep names {key} twice; give its values in one --sweep {key}=V1,V2,...");
+            }
+            named.push(key.clone());
+            c.sweep.set(key, values);
         }
         if let Some(h) = self.hold_overnight {
             c.env.session_rule = if h {

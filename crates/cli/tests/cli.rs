@@ -523,6 +523,17 @@ fn unusable_train_settings_are_refused_before_a_run_directory_exists() {
         // No GPU where CI runs: the missing driver is named; on a GPU machine, the device.
         (&["!--device", "--devices", "9"], "CUDA"),
         (&["--workers-per-device", "0"], "at least 1"),
+        (&["--sweep", "dqn.lrr=0.1,0.2"], "unknown setting `dqn.lrr`"),
+        (&["--sweep", "capital=1,2"], "`capital` cannot be swept"),
+        (
+            &["--sweep", "dqn.lr=0.1", "--sweep", "dqn.lr=0.2"],
+            "--sweep names dqn.lr twice",
+        ),
+        (&["--sweep", "dqn.gamma=0.9,2"], "sweep: dqn.gamma=2"),
+        (
+            &["--agents", "2", "--ensemble", "3"],
+            "larger than the population",
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -538,6 +549,77 @@ fn unusable_train_settings_are_refused_before_a_run_directory_exists() {
         assert!(!err.contains("panicked"), "{extra:?}: {err}");
         assert!(!out_dir.exists(), "{extra:?} left a run directory behind");
     }
+}
+
+/// A population from the command line and the same from a config file: the run's recorded
+/// settings are equal, the report has the population per window and the vote beside the agent.
+#[test]
+fn a_population_from_flags_or_from_the_config_file_is_the_same_run() {
+    let scratch = Scratch::new("cli-population");
+    let flags = scratch.join("flags");
+    let out = train_small(
+        &flags,
+        &[
+            "--agents",
+            "2",
+            "--sweep",
+            "dqn.lr=0.001,0.003",
+            "--ensemble",
+            "2",
+            "--select",
+            "sharpe",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout(&out).contains("of 4 selected on validation"),
+        "{}",
+        stdout(&out)
+    );
+    let toml = scratch.join("population.toml");
+    std::fs::write(
+        &toml,
+        "agents = 2\nensemble = 2\nselect = \"sharpe\"\n[sweep]\ndqn.lr = [0.001, 0.003]\n",
+    )
+    .expect("write");
+    let file = scratch.join("file");
+    let path = toml.display().to_string();
+    let out = train_small(&file, &["--config", &path]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |dir: &std::path::Path, name: &str| -> serde_json::Value {
+        let bytes = std::fs::read(dir.join(name)).expect(name);
+        serde_json::from_slice(&bytes).expect("json")
+    };
+    assert_eq!(
+        read(&flags, "config.json")["train"],
+        read(&file, "config.json")["train"]
+    );
+    let report = read(&flags, "report.json");
+    for w in report["windows"].as_array().expect("windows") {
+        assert_eq!(
+            w["population"]["members"]
+                .as_array()
+                .expect("members")
+                .len(),
+            4
+        );
+        assert_eq!(
+            w["population"]["ensemble"].as_array().expect("vote").len(),
+            2
+        );
+        assert_eq!(w["test_results"][1]["policy"], "ensemble");
+    }
+    assert_eq!(report["windows"], read(&file, "report.json")["windows"]);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use serde::Serialize;
 pub const DAYS_PER_YEAR: f64 = 252.0;
 
 /// Summary of one backtest.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Metrics {
     /// Sum of all step PnL, costs included (currency).
     pub total_pnl: f64,

@@ -73,16 +73,19 @@ pub(crate) fn estimate(cfg: &TrainConfig, feature_cols: usize) -> Vec<(String, f
     ]
 }
 
-/// Refuses settings whose estimated memory, for `workers` workers that each hold all of it,
-/// exceeds `available` bytes, listing the parts.
+/// Refuses settings whose estimated memory, for `workers` workers that each hold `agents`
+/// agents at once (a population's members on threads) with all of it each, exceeds
+/// `available` bytes, listing the parts.
 pub(crate) fn check(
     cfg: &TrainConfig,
     feature_cols: usize,
     workers: usize,
+    agents: usize,
     available: Option<f64>,
 ) -> Result<(), TrainError> {
     let parts = estimate(cfg, feature_cols);
-    let total = parts.iter().map(|p| p.1).sum::<f64>() * workers as f64;
+    let held = workers * agents;
+    let total = parts.iter().map(|p| p.1).sum::<f64>() * held as f64;
     let Some(available) = available else {
         return Ok(());
     };
@@ -97,10 +100,13 @@ pub(crate) fn check(
         "these settings need about {} of memory{}, but {} is available:\n{}\nreduce the sizes \
          named",
         gib(total),
-        if workers > 1 {
-            format!(" ({workers} workers, each with its own)")
-        } else {
-            String::new()
+        match (workers, agents) {
+            (1, 1) => String::new(),
+            (w, 1) => format!(" ({w} workers, each with its own)"),
+            (w, a) => format!(
+                " ({held} agents held at once: {w} worker(s) x {a} members of the population on \
+                 threads, each with its own)"
+            ),
         },
         gib(available),
         lines.join("\n")
@@ -130,35 +136,44 @@ mod tests {
         // The defaults fit in a few hundred MiB.
         let total: f64 = estimate(&cfg, 15).iter().map(|p| p.1).sum();
         assert!(total < 512.0 * 1024.0 * 1024.0, "{total}");
-        check(&cfg, 15, 1, Some(total)).expect("fits exactly");
-        let e = check(&cfg, 15, 1, Some(total - 1.0))
+        check(&cfg, 15, 1, 1, Some(total)).expect("fits exactly");
+        let e = check(&cfg, 15, 1, 1, Some(total - 1.0))
             .expect_err("one byte short")
             .to_string();
         assert!(e.contains("need about") && e.contains("replay"), "{e}");
 
         let mut big = TrainConfig::default();
         big.dqn.hidden = vec![100_000, 100_000];
-        let e = check(&big, 15, 1, Some(64e9))
+        let e = check(&big, 15, 1, 1, Some(64e9))
             .expect_err("10^10 weights")
             .to_string();
         assert!(e.contains("10000") && e.contains("network"), "{e}");
         let mut big = TrainConfig::default();
         big.env.lookback = 1_000_000;
-        assert!(check(&big, 15, 1, Some(64e9)).is_err());
+        assert!(check(&big, 15, 1, 1, Some(64e9)).is_err());
         let big = TrainConfig {
             envs: 100_000_000,
             ..TrainConfig::default()
         };
-        let e = check(&big, 15, 1, Some(64e9))
+        let e = check(&big, 15, 1, 1, Some(64e9))
             .expect_err("envs")
             .to_string();
         assert!(e.contains("(envs)"), "{e}");
         // Three workers need three times the memory.
-        let e = check(&cfg, 15, 3, Some(2.0 * total))
+        let e = check(&cfg, 15, 3, 1, Some(2.0 * total))
             .expect_err("three workers")
             .to_string();
         assert!(e.contains("3 workers"), "{e}");
+        // A population's members on threads each hold theirs: one agent fits, four do not.
+        check(&cfg, 15, 1, 1, Some(3.0 * total)).expect("one agent fits");
+        let e = check(&cfg, 15, 1, 4, Some(3.0 * total))
+            .expect_err("four agents at once")
+            .to_string();
+        assert!(
+            e.contains("4 agents held at once: 1 worker(s) x 4 members") && e.contains("replay"),
+            "{e}"
+        );
         // Where the available memory is unknown nothing is refused.
-        check(&big, 15, 1, None).expect("unknown");
+        check(&big, 15, 1, 1, None).expect("unknown");
     }
 }

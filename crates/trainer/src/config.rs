@@ -6,6 +6,7 @@ use foxhunt_env::{Costs, EnvConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::TrainError;
+use crate::population::{Select, Sweep};
 
 /// Where to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -80,6 +81,16 @@ pub struct TrainConfig {
     /// The agent's settings (default: foxhunt-dqn's). Observation size, actions and the agent's
     /// seed are derived per window ([`TrainConfig::agent_config`]), not set here.
     pub dqn: DqnConfig,
+    /// Agents per grid point of `sweep`, seeded `seed`, `seed + 1`, ... (default 1).
+    pub agents: usize,
+    /// Settings each taking several values: the population is their grid times `agents`
+    /// (default: none). TOML `[sweep]` with lists at the settings' keys, e.g. `dqn.lr = [1e-3,
+    /// 3e-4]`.
+    pub sweep: Sweep,
+    /// The validation metric that picks the best (agent, epoch) of a window (default pnl).
+    pub select: Select,
+    /// Also test the majority vote of this many best agents on validation (default 0: none).
+    pub ensemble: usize,
 }
 
 impl Default for TrainConfig {
@@ -97,6 +108,10 @@ impl Default for TrainConfig {
             costs: Costs::default(),
             env: EnvConfig::default(),
             dqn: DqnConfig::default(),
+            agents: 1,
+            sweep: Sweep::default(),
+            select: Select::Pnl,
+            ensemble: 0,
         }
     }
 }

@@ -231,6 +231,71 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 }
 
 /// A number cell, classed by sign for colour.
+/// The population of every window that trained one: each member's settings, seed and
+/// validation result, the selected agent and the vote's members marked.
+fn population_section(h: &mut String, r: &RunReport) {
+    let with: Vec<_> = r
+        .windows
+        .iter()
+        .filter_map(|w| Some((w.index, w.population.as_ref()?)))
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    h.push_str("<section id=\"population\"><h2>Population (validation only)</h2>\n");
+    for (index, p) in with {
+        let _ = write!(
+            h,
+            "<h3>Window {index}: agent {} selected by validation {}</h3>\n\
+             <table class=\"population-table\"><tr><th>agent</th><th>seed</th><th>settings</th>\
+             <th>best epoch</th><th>validation PnL</th><th>validation Sharpe</th><th>role</th></tr>\n",
+            p.selected,
+            match p.select {
+                crate::population::Select::Pnl => "net PnL",
+                crate::population::Select::Sharpe => "Sharpe",
+            }
+        );
+        for m in &p.members {
+            let role = match (
+                &m.status,
+                m.index == p.selected,
+                p.ensemble.contains(&m.index),
+            ) {
+                (WindowStatus::Failed { .. }, ..) => "failed",
+                (_, true, true) => "selected, vote",
+                (_, true, false) => "selected",
+                (_, false, true) => "vote",
+                _ => "",
+            };
+            let _ = write!(
+                h,
+                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td>",
+                m.index,
+                m.seed,
+                esc(&crate::population::describe(&m.settings))
+            );
+            match (&m.status, &m.validation) {
+                (WindowStatus::Ok, Some(v)) => {
+                    let _ = write!(
+                        h,
+                        "<td class=\"num\">{}</td>{}<td class=\"num\">{}</td>",
+                        m.best_epoch.map_or("–".into(), |e| e.to_string()),
+                        pnl_cell(v.total_pnl),
+                        v.sharpe.map_or("–".into(), |s| format!("{s:.2}"))
+                    );
+                }
+                (WindowStatus::Failed { error }, _) => {
+                    let _ = write!(h, "<td class=\"failed\" colspan=\"3\">{}</td>", esc(error));
+                }
+                _ => h.push_str("<td>–</td><td>–</td><td>–</td>"),
+            }
+            let _ = writeln!(h, "<td>{role}</td></tr>");
+        }
+        h.push_str("</table>\n");
+    }
+    h.push_str("</section>\n");
+}
+
 fn pnl_cell(v: f64) -> String {
     let class = if v > 0.0 {
         "pos"
@@ -469,6 +534,7 @@ pub fn render(i: &Inputs<'_>) -> String {
         h.push_str("</table>\n");
     }
     h.push_str("</section>\n");
+    population_section(&mut h, r);
 
     h.push_str("<section id=\"training\"><h2>Training curves (per epoch, one line per window)</h2><div class=\"grid\">\n");
     let training: [(&str, &str, &str, EpochStat); 5] = [

@@ -76,8 +76,12 @@ pub struct WindowReport {
     pub validation: Option<Metrics>,
     /// The best epoch's agent on the test split, then the baselines on the same split.
     pub test_results: Vec<PolicyResult>,
-    /// Per epoch statistics.
+    /// Per epoch statistics (of the selected agent, in a population).
     pub epochs: Vec<EpochSummary>,
+    /// A population's members on validation, the one selected and the vote (absent for one
+    /// agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub population: Option<crate::population::PopulationReport>,
 }
 
 /// A policy's raw test-period results, kept so that the aggregate is computed from the pieces.
@@ -299,6 +303,35 @@ pub fn summary(r: &RunReport) -> String {
             WindowStatus::Failed { error } => {
                 let _ = writeln!(s, "{:>6}  FAILED: {error}", w.index);
             }
+        }
+        if let Some(p) = &w.population
+            && w.status == WindowStatus::Ok
+        {
+            let m = &p.members[p.selected];
+            let failed = p
+                .members
+                .iter()
+                .filter(|m| m.status != WindowStatus::Ok)
+                .count();
+            let _ = writeln!(
+                s,
+                "{:>6}  agent {} of {} selected on validation ({}, seed {}){}{}",
+                "",
+                p.selected,
+                p.members.len(),
+                crate::population::describe(&m.settings),
+                m.seed,
+                if failed > 0 {
+                    format!("; {failed} failed")
+                } else {
+                    String::new()
+                },
+                if p.ensemble.is_empty() {
+                    String::new()
+                } else {
+                    format!("; vote of agents {:?}", p.ensemble)
+                }
+            );
         }
     }
     if !r.aggregate.is_empty() {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use foxhunt_data::{Dataset, Normalizer, WalkForwardConfig, Window};
+use foxhunt_dqn::model::HostQNetwork;
 use foxhunt_dqn::replay::Replay;
 use foxhunt_dqn::{CpuBackend, DqnAgent, Snapshot, checkpoint};
 use foxhunt_env::vec_env::mix64;
@@ -18,6 +19,7 @@ use crate::config::{DeviceChoice, TrainConfig};
 use crate::engine::host::{HostEngine, HostSetup};
 use crate::engine::{Engine, EpochPlan, EvalData, Judged};
 use crate::phase::{Phase, PhaseClock, PhaseTimes};
+use crate::population::{self, Member, MemberReport, PopulationReport, Vote};
 use crate::progress::Bars;
 use crate::report::{
     self, Curve, EpochSummary, PolicyResult, RunReport, Skipped, WindowReport, WindowStatus,
@@ -214,6 +216,21 @@ enum DeviceRun {
 /// was also written to `out/report.json`.
 pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
     job.cfg.validate()?;
+    let members = population::members(job.cfg)?;
+    if members.len() > 1 {
+        tracing::info!(
+            "a population of {} agents per window ({} settings x {} seeds), selected on \
+             validation by {:?}{}",
+            members.len(),
+            job.cfg.sweep.points(),
+            job.cfg.agents,
+            job.cfg.select,
+            match job.cfg.ensemble {
+                0 => String::new(),
+                k => format!(", and the vote of the best {k} tested"),
+            }
+        );
+    }
     let plan = foxhunt_data::walkforward::plan(&job.dataset.series.row_days(), job.windows)?;
     if plan.windows.is_empty() {
         // Refused before a run directory is made: a run that trains nothing is no result.
@@ -273,17 +290,39 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             slots.len()
         )));
     }
-    // Each worker holds its own agent, replay and environments.
-    crate::budget::check(
-        job.cfg,
-        job.dataset.features.cols,
-        slots.len(),
-        crate::budget::available_memory(),
-    )?;
     let resolved = match slots.first() {
         Some(Some(_)) => Resolved::Cuda,
         _ => Resolved::Cpu,
     };
+    // Each worker holds its own agent, replay and environments; on the CPU a population's
+    // members train on threads, so that many are held at once.
+    let at_once = match resolved {
+        Resolved::Cpu => std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(members.len()),
+        Resolved::Cuda => 1,
+    };
+    let cols = job.dataset.features.cols;
+    let heaviest = members
+        .iter()
+        .map(|m| &m.cfg)
+        .max_by(|a, b| {
+            let size = |c: &TrainConfig| {
+                crate::budget::estimate(c, cols)
+                    .iter()
+                    .map(|p| p.1)
+                    .sum::<f64>()
+            };
+            size(a).total_cmp(&size(b))
+        })
+        .expect("a population has a member");
+    crate::budget::check(
+        heaviest,
+        cols,
+        slots.len(),
+        at_once,
+        crate::budget::available_memory(),
+    )?;
     let out = &opts.out;
     let config = serde_json::json!({
         "source": job.source,
@@ -301,7 +340,8 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         }
     };
     let exec = Execution::new(job.spec, job.cfg.costs);
-    let bars = Bars::new(opts.progress, owned.len(), job.cfg.epochs);
+    let epochs = members.iter().map(|m| m.cfg.epochs).sum();
+    let bars = Bars::new(opts.progress, owned.len(), epochs);
     for s in &plan.skipped {
         tracing::warn!("window {} skipped: {}", s.window.index, s.reason);
     }
@@ -310,6 +350,7 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         opts,
         exec,
         bars: &bars,
+        members,
     };
     let trained = ctx.train_windows(&owned, &slots);
     bars.finish();
@@ -366,6 +407,8 @@ struct RunCtx<'a> {
     opts: &'a RunOptions,
     exec: Execution,
     bars: &'a Bars,
+    /// The agents each window trains (one, or a population).
+    members: Vec<Member>,
 }
 
 /// One worker's own memory: its host pool and its device's (a GPU context, or none).
@@ -504,12 +547,16 @@ impl RunCtx<'_> {
             dir: &dir,
             resume: opts.resume,
             bars: self.bars,
+            members: &self.members,
+            member: false,
         };
         let (report, phases, curves) = match ctx.train(&mut worker.pool, &mut worker.device, budget)
         {
             Ok(o) => {
-                write_json(&dir.curves(), &o.curves)?;
-                (o.report, o.phases, Some(o.curves))
+                if let Some(c) = &o.curves {
+                    write_json(&dir.curves(), c)?;
+                }
+                (o.report, o.phases, o.curves)
             }
             Err(f) => match *f {
                 WindowFailure {
@@ -667,6 +714,7 @@ fn failed_report(w: &Window, error: String, epochs: Vec<EpochSummary>) -> Window
         validation: None,
         test_results: Vec::new(),
         epochs,
+        population: None,
     }
 }
 
@@ -727,11 +775,16 @@ struct WindowCtx<'a> {
     dir: &'a WindowDir,
     resume: bool,
     bars: &'a Bars,
+    /// The agents the window trains (one: a standalone run).
+    members: &'a [Member],
+    /// Whether this context trains one member of a population (in the member's folder).
+    member: bool,
 }
 
 struct WindowOutcome {
     report: WindowReport,
-    curves: Vec<Curve>,
+    /// The test-period curves (none when every member of a population failed).
+    curves: Option<Vec<Curve>>,
     phases: Vec<PhaseTimes>,
 }
 
@@ -788,15 +841,53 @@ struct Best {
     written: bool,
 }
 
+/// An agent's trained window: its progress (epochs, best validation), the best epoch's agent,
+/// and, when it was asked for, that agent's test beside the baselines.
+struct Trained {
+    prog: Progress,
+    best: Best,
+    tested: Option<Vec<foxhunt_env::BacktestReport>>,
+}
+
+/// Where a window's agents train: the CPU, or a GPU with the window resident in a device
+/// arena (made once per window, when an agent needs the device engine).
+enum Place<'g> {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Gpu(Option<Box<foxhunt_memory::GpuArena<'g>>>),
+    #[cfg(not(feature = "cuda"))]
+    #[allow(dead_code)]
+    Gpu(std::marker::PhantomData<&'g ()>),
+}
+
+/// A member of a population after the window: its report line, the phases of its epochs and
+/// its best epoch's agent (none when it failed).
+struct MemberDone {
+    report: MemberReport,
+    phases: Vec<PhaseTimes>,
+    best: Option<Snapshot>,
+}
+
+/// A member's outcome and the epochs of `--stop-after-epochs` it left.
+type MemberRun = Result<(MemberDone, Option<usize>), TrainError>;
+
+/// A finished member's file in its folder (its `report.json`), read back by `--resume`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MemberFile {
+    report: MemberReport,
+    phases: Vec<PhaseTimes>,
+}
+
 impl WindowCtx<'_> {
-    /// Trains the window on the device the run has, with the engine that device calls for.
+    /// Trains the window on the device the run has, with the engine that device calls for:
+    /// one agent, or every member of the population on the one arena.
     fn train(
         &self,
         pool: &mut HostPool,
         device: &mut DeviceRun,
         budget: &mut Option<usize>,
     ) -> Result<WindowOutcome, Box<WindowFailure>> {
-        let (cfg, w) = (self.job.cfg, self.w);
+        let w = self.w;
         let t_init = Instant::now();
         self.dir.create()?;
         let m = &self.job.dataset.features;
@@ -813,6 +904,59 @@ impl WindowCtx<'_> {
             val: rel(&w.val.rows, base),
             test: rel(&w.test.rows, base),
         };
+        let place = match device {
+            DeviceRun::Cpu => Place::Cpu,
+            // Prioritized replay keeps its sum tree on the host (burn-cuda, host collection):
+            // no device arena for it.
+            #[cfg(feature = "cuda")]
+            DeviceRun::Gpu(g) => Place::Gpu(
+                match self.members.iter().any(|m| m.cfg.dqn.prioritized.is_none()) {
+                    true => Some(Box::new(g.pool.window(&data).map_err(TrainError::from)?)),
+                    false => None,
+                },
+            ),
+            #[cfg(not(feature = "cuda"))]
+            DeviceRun::Gpu(g) => match *g {},
+        };
+        if self.members.len() > 1 {
+            return self.population(&place, &arena, &splits, t_init, budget);
+        }
+        let t = self.agent(&place, &arena, &splits, t_init, budget, true, true)?;
+        let tested = t.tested.expect("the test was asked for");
+        let report = WindowReport {
+            index: w.index,
+            train: w.train.clone(),
+            val: w.val.clone(),
+            test: w.test.clone(),
+            status: WindowStatus::Ok,
+            best_epoch: Some(t.best.epoch),
+            validation: t.prog.best_validation.clone(),
+            test_results: results_of(&tested),
+            epochs: t.prog.epochs.clone(),
+            population: None,
+        };
+        Ok(WindowOutcome {
+            report,
+            curves: Some(curves_of(&tested)),
+            phases: t.prog.phases,
+        })
+    }
+
+    /// One agent's epochs on the window (this context's settings and folder), on the engine
+    /// `place` calls for; `test`: judge the best epoch on the test split too; `upload`:
+    /// whether the arena's upload is charged to this agent's first epoch.
+    #[allow(clippy::too_many_arguments)]
+    fn agent(
+        &self,
+        place: &Place<'_>,
+        arena: &HostArena<'_>,
+        splits: &Splits,
+        t_init: Instant,
+        budget: &mut Option<usize>,
+        test: bool,
+        upload: bool,
+    ) -> Result<Trained, Box<WindowFailure>> {
+        let cfg = self.job.cfg;
         let host = |market| HostSetup {
             market,
             exec: self.exec,
@@ -821,29 +965,36 @@ impl WindowCtx<'_> {
             split: splits.train.clone(),
             explore_seed: cfg.seed,
         };
-        match device {
-            DeviceRun::Cpu => {
+        let run = Epochs {
+            arena,
+            splits,
+            t_init,
+            test,
+            upload,
+        };
+        match place {
+            Place::Cpu => {
                 let s = self.start::<CpuBackend>(&Default::default(), true)?;
                 let replay = s.replay.expect("a host replay was asked for");
                 let engine = HostEngine::new(host(arena.market()), s.agent, replay);
-                self.epochs(engine, s.prog, s.best, &arena, &splits, t_init, budget)
+                self.epochs(engine, s.prog, s.best, &run, budget)
             }
-            // Prioritized replay keeps its sum tree on the host: the agent trains on
-            // burn-cuda with host collection.
             #[cfg(feature = "cuda")]
-            DeviceRun::Gpu(_) if cfg.dqn.prioritized.is_some() => {
+            Place::Gpu(_) if cfg.dqn.prioritized.is_some() => {
                 let s = self.start::<foxhunt_dqn::CudaBackend>(&Default::default(), true)?;
                 let replay = s.replay.expect("a host replay was asked for");
                 let engine = HostEngine::new(host(arena.market()), s.agent, replay);
-                self.epochs(engine, s.prog, s.best, &arena, &splits, t_init, budget)
+                self.epochs(engine, s.prog, s.best, &run, budget)
             }
             #[cfg(feature = "cuda")]
-            DeviceRun::Gpu(g) => {
+            Place::Gpu(gpu_arena) => {
+                let gpu_arena = gpu_arena
+                    .as_ref()
+                    .expect("a device arena is made when an agent needs the device engine");
                 let start = self.start::<CpuBackend>(&Default::default(), false)?;
-                let gpu_arena = g.pool.window(&data).map_err(TrainError::from)?;
                 let prog = start.prog;
                 let engine = crate::engine::device::DeviceEngine::new(
-                    &gpu_arena,
+                    gpu_arena,
                     start.agent,
                     &cfg.env,
                     splits.train.clone(),
@@ -854,11 +1005,281 @@ impl WindowCtx<'_> {
                     cfg.step_loop,
                 )
                 .map_err(|e| fail(e, &prog))?;
-                self.epochs(engine, prog, start.best, &arena, &splits, t_init, budget)
+                self.epochs(engine, prog, start.best, &run, budget)
             }
             #[cfg(not(feature = "cuda"))]
-            DeviceRun::Gpu(g) => match *g {},
+            Place::Gpu(_) => unreachable!("no GPU place without CUDA"),
         }
+    }
+
+    /// Every member of the population on the window's one arena (on the CPU on threads, on a
+    /// GPU one after another), each in its own folder; the best on validation is tested once,
+    /// and the vote of the best `ensemble` beside it. A member whose statistics stop being
+    /// finite fails alone. `budget` (`--stop-after-epochs`) counts each member's epochs.
+    fn population(
+        &self,
+        place: &Place<'_>,
+        arena: &HostArena<'_>,
+        splits: &Splits,
+        t_init: Instant,
+        budget: &mut Option<usize>,
+    ) -> Result<WindowOutcome, Box<WindowFailure>> {
+        let (cfg, w) = (self.job.cfg, self.w);
+        self.bars.window_started(w.index, 0);
+        let start_budget = *budget;
+        let threads = match place {
+            Place::Cpu => std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(self.members.len()),
+            _ => 1,
+        };
+        let mut done: Vec<Option<MemberRun>> = (0..self.members.len()).map(|_| None).collect();
+        if threads <= 1 {
+            for (k, m) in self.members.iter().enumerate() {
+                let mut b = start_budget;
+                let t0 = if k == 0 { t_init } else { Instant::now() };
+                done[k] = Some(
+                    self.member_run(m, place, arena, splits, t0, &mut b, k == 0)
+                        .map(|d| (d, b)),
+                );
+            }
+        } else {
+            use std::sync::Mutex;
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            let next = AtomicUsize::new(0);
+            let slots = Mutex::new(&mut done);
+            std::thread::scope(|scope| {
+                for _ in 0..threads {
+                    scope.spawn(|| {
+                        // The CPU place holds nothing: each thread has its own.
+                        let place = Place::Cpu;
+                        loop {
+                            let k = next.fetch_add(1, Ordering::SeqCst);
+                            let Some(m) = self.members.get(k) else { break };
+                            let mut b = start_budget;
+                            let t0 = if k == 0 { t_init } else { Instant::now() };
+                            let r = self
+                                .member_run(m, &place, arena, splits, t0, &mut b, k == 0)
+                                .map(|d| (d, b));
+                            slots.lock().expect("no member panics")[k] = Some(r);
+                        }
+                    });
+                }
+            });
+        }
+        let mut members = Vec::with_capacity(done.len());
+        let mut stopped = false;
+        let mut left = start_budget;
+        for r in done {
+            match r.expect("every member ran") {
+                Ok((d, b)) => {
+                    left = match (left, b) {
+                        (Some(l), Some(b)) => Some(l.min(b)),
+                        _ => left,
+                    };
+                    members.push(d);
+                }
+                Err(TrainError::Stopped { .. }) => stopped = true,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if stopped {
+            return Err(TrainError::Stopped { epochs: 0 }.into());
+        }
+        *budget = left;
+        let phases: Vec<PhaseTimes> = members.iter().flat_map(|d| d.phases.clone()).collect();
+        let reports: Vec<MemberReport> = members.iter().map(|d| d.report.clone()).collect();
+        let ranked = population::ranked(&reports, cfg.select);
+        let Some(&sel) = ranked.first() else {
+            let why: Vec<String> = reports
+                .iter()
+                .filter_map(|m| match &m.status {
+                    WindowStatus::Failed { error } => Some(error.clone()),
+                    WindowStatus::Ok => None,
+                })
+                .collect();
+            let mut report = failed_report(
+                w,
+                format!("every agent of the population failed: {}", why.join("; ")),
+                Vec::new(),
+            );
+            report.population = Some(PopulationReport {
+                select: cfg.select,
+                selected: 0,
+                ensemble: Vec::new(),
+                members: reports,
+            });
+            tracing::error!("window {}: every agent of the population failed", w.index);
+            return Ok(WindowOutcome {
+                report,
+                curves: None,
+                phases,
+            });
+        };
+        let cols = self.job.dataset.features.cols;
+        let net = |k: usize| {
+            let m = &self.members[k];
+            let snapshot = members[k]
+                .best
+                .as_ref()
+                .expect("a finished member has its best");
+            HostQNetwork::from_flat(&m.cfg.agent_config(cols, w.index), &snapshot.state.online)
+        };
+        let chosen = &self.members[sel];
+        tracing::info!(
+            "window {}: agent {sel} ({}, seed {}) is best on validation by {:?}",
+            w.index,
+            population::describe(&chosen.settings),
+            chosen.cfg.seed,
+            cfg.select
+        );
+        let market = arena.market();
+        let tested = (|| -> Result<_, TrainError> {
+            let targets = crate::eval::host_targets(
+                &net(sel),
+                market,
+                &self.exec,
+                &chosen.cfg.env,
+                splits.test.clone(),
+            );
+            let mut tested = crate::eval::test_with_baselines(
+                &targets,
+                market,
+                &self.exec,
+                &chosen.cfg,
+                splits.test.clone(),
+            )?;
+            let vote: Vec<usize> = ranked.iter().copied().take(cfg.ensemble).collect();
+            if !vote.is_empty() {
+                let mut policy = Vote::new(vote.iter().map(|&k| net(k)).collect(), &cfg.env);
+                let r = foxhunt_env::backtest(
+                    market,
+                    &self.exec,
+                    &cfg.env,
+                    splits.test.clone(),
+                    cfg.capital,
+                    &mut policy,
+                )?;
+                tested.insert(1, r);
+            }
+            Ok((tested, vote))
+        })();
+        let (tested, vote) = tested?;
+        let report = WindowReport {
+            index: w.index,
+            train: w.train.clone(),
+            val: w.val.clone(),
+            test: w.test.clone(),
+            status: WindowStatus::Ok,
+            best_epoch: reports[sel].best_epoch,
+            validation: reports[sel].validation.clone(),
+            test_results: results_of(&tested),
+            epochs: reports[sel].epochs.clone(),
+            population: Some(PopulationReport {
+                select: cfg.select,
+                selected: sel,
+                ensemble: vote,
+                members: reports,
+            }),
+        };
+        Ok(WindowOutcome {
+            report,
+            curves: Some(curves_of(&tested)),
+            phases,
+        })
+    }
+
+    /// One member of the population: read back when a resumed run finished it, else trained
+    /// (or continued) in its folder and its file written. `Err(Stopped)` when `budget` ended
+    /// inside its epochs (state written).
+    #[allow(clippy::too_many_arguments)]
+    fn member_run(
+        &self,
+        m: &Member,
+        place: &Place<'_>,
+        arena: &HostArena<'_>,
+        splits: &Splits,
+        t_init: Instant,
+        budget: &mut Option<usize>,
+        upload: bool,
+    ) -> Result<MemberDone, TrainError> {
+        let dir = self.dir.member(m.index);
+        let agent_cfg = m
+            .cfg
+            .agent_config(self.job.dataset.features.cols, self.w.index);
+        if self.resume && dir.report().exists() {
+            let f: MemberFile = read_json(&dir.report())?;
+            let best = match f.report.best_epoch {
+                Some(e) => Some(
+                    checkpoint::load::<CpuBackend>(&dir.best(e), &agent_cfg, &Default::default())?
+                        .snapshot(),
+                ),
+                None => None,
+            };
+            return Ok(MemberDone {
+                report: f.report,
+                phases: f.phases,
+                best,
+            });
+        }
+        let job = Job {
+            dataset: self.job.dataset,
+            spec: self.job.spec,
+            windows: self.job.windows,
+            cfg: &m.cfg,
+            source: serde_json::Value::Null,
+        };
+        let ctx = WindowCtx {
+            job: &job,
+            dir: &dir,
+            member: true,
+            ..*self
+        };
+        let line = |status, prog: &Progress| MemberReport {
+            index: m.index,
+            seed: m.cfg.seed,
+            settings: m.settings.clone(),
+            status,
+            best_epoch: prog.best_epoch,
+            validation: prog.best_validation.clone(),
+            epochs: prog.epochs.clone(),
+        };
+        let done = match ctx.agent(place, arena, splits, t_init, budget, false, upload) {
+            Ok(t) => MemberDone {
+                report: line(WindowStatus::Ok, &t.prog),
+                phases: t.prog.phases,
+                best: Some(t.best.agent),
+            },
+            Err(f) => match *f {
+                WindowFailure {
+                    error: error @ TrainError::NonFinite { .. },
+                    phases,
+                    epochs,
+                } => {
+                    let error = format!("agent {}: {error}", m.index);
+                    tracing::error!("{error}; the rest of the population goes on");
+                    let prog = Progress {
+                        epochs,
+                        ..Progress::default()
+                    };
+                    MemberDone {
+                        report: line(WindowStatus::Failed { error }, &prog),
+                        phases,
+                        best: None,
+                    }
+                }
+                f => return Err(f.error),
+            },
+        };
+        dir.create()?;
+        write_json(
+            &dir.report(),
+            &MemberFile {
+                report: done.report.clone(),
+                phases: done.phases.clone(),
+            },
+        )?;
+        Ok(done)
     }
 
     /// The window's starting point: a fresh agent, or on `--resume` the state the window's
@@ -919,21 +1340,22 @@ impl WindowCtx<'_> {
         })
     }
 
-    /// The window's epochs on `engine`, then the test of the best one.
-    #[allow(clippy::too_many_arguments)]
+    /// The window's epochs on `engine`, then (when asked) the test of the best one.
     fn epochs<E: Engine>(
         &self,
         mut engine: E,
         mut prog: Progress,
         mut best: Option<Best>,
-        arena: &HostArena<'_>,
-        splits: &Splits,
-        t_init: Instant,
+        run: &Epochs<'_>,
         budget: &mut Option<usize>,
-    ) -> Result<WindowOutcome, Box<WindowFailure>> {
+    ) -> Result<Trained, Box<WindowFailure>> {
         let (cfg, w) = (self.job.cfg, self.w);
-        let init_ms = t_init.elapsed().as_secs_f64() * 1e3;
-        let uploaded = arena.uploaded_bytes() + engine.uploaded_bytes();
+        let (arena, splits) = (run.arena, run.splits);
+        let init_ms = run.t_init.elapsed().as_secs_f64() * 1e3;
+        let uploaded = match run.upload {
+            true => arena.uploaded_bytes() + engine.uploaded_bytes(),
+            false => 0,
+        };
         let timing = engine.timing();
         let mut clock = PhaseClock::new(timing.sync, timing.marks);
         let learning_starts = cfg.learning_starts.max(cfg.dqn.batch_size);
@@ -943,7 +1365,9 @@ impl WindowCtx<'_> {
             env: &cfg.env,
         };
         let first_epoch = prog.epochs_done;
-        self.bars.window_started(w.index, first_epoch);
+        if !self.member {
+            self.bars.window_started(w.index, first_epoch);
+        }
         for epoch in first_epoch..cfg.epochs {
             clock.start_epoch();
             if epoch == first_epoch {
@@ -977,14 +1401,15 @@ impl WindowCtx<'_> {
                         cfg,
                         splits.val.clone(),
                     )?;
-                    if prog.best_val_pnl.is_none_or(|b| r.metrics.total_pnl > b) {
+                    let score = cfg.select.score(&r.metrics);
+                    if prog.best_score.is_none_or(|b| score > b) {
                         // Kept in memory; written outside the timed epoch.
                         best = Some(Best {
                             epoch,
                             agent: engine.snapshot()?,
                             written: false,
                         });
-                        prog.best_val_pnl = Some(r.metrics.total_pnl);
+                        prog.best_score = Some(score);
                         prog.best_epoch = Some(epoch);
                         prog.best_validation = Some(r.metrics.clone());
                     }
@@ -1027,50 +1452,60 @@ impl WindowCtx<'_> {
         // The best epoch's agent, judged once on the test split beside the baselines.
         let mut best = best.expect("at least one epoch ran");
         let tested = (|| -> Result<_, TrainError> {
-            let targets =
-                engine.greedy_targets(Judged::Kept(&best.agent), &data, splits.test.clone())?;
-            let tested = crate::eval::test_with_baselines(
-                &targets,
-                data.market,
-                &self.exec,
-                cfg,
-                splits.test.clone(),
-            )?;
+            let tested = match run.test {
+                true => {
+                    let targets = engine.greedy_targets(
+                        Judged::Kept(&best.agent),
+                        &data,
+                        splits.test.clone(),
+                    )?;
+                    Some(crate::eval::test_with_baselines(
+                        &targets,
+                        data.market,
+                        &self.exec,
+                        cfg,
+                        splits.test.clone(),
+                    )?)
+                }
+                false => None,
+            };
             self.write_best(&mut engine, Some(&mut best))?;
             Ok(tested)
         })()
         .map_err(|e| fail(e, &prog))?;
-        let best = best.epoch;
-        let report = WindowReport {
-            index: w.index,
-            train: w.train.clone(),
-            val: w.val.clone(),
-            test: w.test.clone(),
-            status: WindowStatus::Ok,
-            best_epoch: Some(best),
-            validation: prog.best_validation.clone(),
-            test_results: tested
-                .iter()
-                .map(|r| PolicyResult {
-                    policy: r.policy.clone(),
-                    metrics: r.metrics.clone(),
-                })
-                .collect(),
-            epochs: prog.epochs.clone(),
-        };
-        let curves = tested
-            .iter()
-            .map(|r| Curve::from_backtest(&r.policy, r))
-            .collect();
-        self.dir.finish(best, cfg.epochs);
-        Ok(WindowOutcome {
-            report,
-            curves,
-            phases: prog.phases,
-        })
+        self.dir.finish(best.epoch, cfg.epochs);
+        Ok(Trained { prog, best, tested })
     }
 }
 
+/// What [`WindowCtx::epochs`] runs over: the window's arena and splits, when the agent's init
+/// began, whether to test and whether the upload is this agent's.
+struct Epochs<'a> {
+    arena: &'a HostArena<'a>,
+    splits: &'a Splits,
+    t_init: Instant,
+    test: bool,
+    upload: bool,
+}
+
+/// The test results of the reports `tested` (agent, vote, baselines).
+fn results_of(tested: &[foxhunt_env::BacktestReport]) -> Vec<PolicyResult> {
+    tested
+        .iter()
+        .map(|r| PolicyResult {
+            policy: r.policy.clone(),
+            metrics: r.metrics.clone(),
+        })
+        .collect()
+}
+
+/// Their test-period curves.
+fn curves_of(tested: &[foxhunt_env::BacktestReport]) -> Vec<Curve> {
+    tested
+        .iter()
+        .map(|r| Curve::from_backtest(&r.policy, r))
+        .collect()
+}
 impl WindowCtx<'_> {
     /// Writes the best epoch's checkpoint (`best-epoch-E.ckpt`) unless it is written already.
     fn write_best<E: Engine>(

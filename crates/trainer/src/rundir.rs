@@ -199,7 +199,9 @@ pub(crate) fn shard_counts(out: &Path) -> Vec<usize> {
 pub(crate) struct Progress {
     pub epochs_done: usize,
     pub best_epoch: Option<usize>,
-    pub best_val_pnl: Option<f64>,
+    /// The best epoch's validation score (`select`: net PnL by default).
+    #[serde(alias = "best_val_pnl")]
+    pub best_score: Option<f64>,
     pub best_validation: Option<foxhunt_env::Metrics>,
     pub epochs: Vec<EpochSummary>,
     pub phases: Vec<PhaseTimes>,
@@ -227,9 +229,21 @@ impl WindowDir {
         self.create()?;
         Ok(foxhunt_fs::lock_dir(&self.dir)?)
     }
-    /// Whether the window has results or saved state from an earlier invocation.
+    /// The folder of a population's member `index` inside the window's: the same files for
+    /// its own state and best checkpoint; its `report.json` marks it finished.
+    pub fn member(&self, index: usize) -> Self {
+        Self {
+            dir: self.dir.join(format!("agent-{index:03}")),
+        }
+    }
+    /// Whether the window has results or saved state from an earlier invocation (its own, or
+    /// a population member's).
     pub fn has_state(&self) -> bool {
-        self.report().exists() || self.progress().exists()
+        self.report().exists()
+            || self.progress().exists()
+            || std::fs::read_dir(&self.dir).is_ok_and(|mut d| {
+                d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("agent-")))
+            })
     }
     /// The window's report, written last: its presence marks the window finished.
     pub fn report(&self) -> PathBuf {

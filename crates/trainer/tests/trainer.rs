@@ -442,6 +442,244 @@ fn a_non_finite_loss_fails_its_window_and_the_run_goes_on() {
     assert!(summary.contains("FAILED: window 1, epoch 0"), "{summary}");
 }
 
+/// The standalone settings of a population's member: the base with its seed and learning rate.
+fn standalone(base: &TrainConfig, seed: u64, lr: f64) -> TrainConfig {
+    let mut c = TrainConfig {
+        seed,
+        ..base.clone()
+    };
+    c.dqn.lr = lr;
+    c
+}
+
+/// The member the selection must pick: best validation PnL, the first on ties.
+fn best_of(vals: &[f64]) -> usize {
+    let mut best = 0;
+    for (k, &v) in vals.iter().enumerate() {
+        if v > vals[best] {
+            best = k;
+        }
+    }
+    best
+}
+
+/// A population (2 seeds x 2 learning rates) on the CPU: each member trains exactly as the
+/// standalone run with its seed and settings (every epoch's statistics, the best epoch and its
+/// validation), the selected member is the best on validation and its test equals that
+/// standalone run's test, a vote of one is that agent, and members' state lives in their own
+/// folders.
+#[test]
+fn a_population_member_trains_as_its_standalone_run_and_the_best_on_validation_is_tested() {
+    let base = small();
+    let pop = {
+        let mut c = TrainConfig {
+            agents: 2,
+            ensemble: 1,
+            ..base.clone()
+        };
+        c.sweep
+            .set("dqn.lr".into(), vec![0.001.into(), 0.004.into()]);
+        c
+    };
+    let (_t, out) = scratch("population");
+    let r = run(&pop, &out, false, None).expect("population run");
+    // Member order: the grid (learning rate), then seeds.
+    let alone: Vec<foxhunt_trainer::RunReport> =
+        [(11, 0.001), (12, 0.001), (11, 0.004), (12, 0.004)]
+            .iter()
+            .enumerate()
+            .map(|(k, &(seed, lr))| {
+                let (_t, dir) = scratch(&format!("population-alone-{k}"));
+                run(&standalone(&base, seed, lr), &dir, false, None).expect("standalone")
+            })
+            .collect();
+    assert_eq!(r.windows.len(), 2);
+    for (w, win) in r.windows.iter().enumerate() {
+        assert_eq!(win.status, WindowStatus::Ok);
+        let p = win.population.as_ref().expect("a population report");
+        assert_eq!(p.members.len(), 4);
+        for (k, m) in p.members.iter().enumerate() {
+            let a = &alone[k].windows[w];
+            assert_eq!(m.index, k);
+            assert_eq!(m.status, WindowStatus::Ok);
+            assert_eq!(
+                m.epochs, a.epochs,
+                "window {w} agent {k}: every epoch as standalone"
+            );
+            assert_eq!(m.best_epoch, a.best_epoch, "window {w} agent {k}");
+            assert_eq!(m.validation, a.validation, "window {w} agent {k}");
+            assert_eq!(m.seed, [11, 12, 11, 12][k]);
+            assert_eq!(
+                m.settings["dqn.lr"],
+                serde_json::json!([0.001, 0.004][k / 2])
+            );
+            let dir = out.join(format!("windows/window-{w:03}/agent-{k:03}"));
+            assert!(dir.join("report.json").is_file(), "{}", dir.display());
+            let best = m.best_epoch.expect("trained");
+            assert!(dir.join(format!("best-epoch-{best:03}.ckpt")).is_file());
+        }
+        let vals: Vec<f64> = alone
+            .iter()
+            .map(|a| {
+                a.windows[w]
+                    .validation
+                    .as_ref()
+                    .expect("validated")
+                    .total_pnl
+            })
+            .collect();
+        let sel = best_of(&vals);
+        assert_eq!(p.selected, sel, "window {w}: validation PnL {vals:?}");
+        assert_eq!(p.ensemble, vec![sel]);
+        let (mine, theirs) = (&win.test_results, &alone[sel].windows[w].test_results);
+        assert_eq!(
+            mine[0], theirs[0],
+            "the selected agent's test is its standalone test"
+        );
+        assert_eq!(mine[1].policy, "ensemble");
+        assert_eq!(
+            mine[1].metrics, mine[0].metrics,
+            "a vote of one is that agent"
+        );
+        assert_eq!(mine[2..], theirs[1..], "the same baselines");
+        assert_eq!(win.epochs, alone[sel].windows[w].epochs);
+    }
+    let names: Vec<&str> = r.aggregate.iter().map(|p| p.policy.as_str()).collect();
+    assert_eq!(&names[..2], &["agent", "ensemble"]);
+    // One copy of each window's data, charged to its first member's first epoch.
+    let uploads = r.phases.iter().filter(|p| p.uploaded_bytes > 0).count();
+    assert_eq!((uploads, r.phases.len()), (2, 2 * 4 * 3));
+    let page = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(page.contains("id=\"population\""));
+    let summary = foxhunt_trainer::report::summary(&r);
+    assert!(
+        summary.contains("of 4 selected on validation (dqn.lr="),
+        "{summary}"
+    );
+}
+
+/// A population whose one member's loss blows up: that member fails alone (marked, with the
+/// window, epoch and step) and the others are selected from; selection by Sharpe picks the
+/// best Sharpe; a population stopped inside a window resumes to the uninterrupted results.
+#[test]
+fn a_failing_member_fails_alone_and_a_stopped_population_resumes_identically() {
+    let pop = {
+        let mut c = TrainConfig {
+            select: foxhunt_trainer::Select::Sharpe,
+            ..small()
+        };
+        c.dqn.grad_clip = None;
+        c.sweep.set(
+            "dqn.lr".into(),
+            vec![0.001.into(), 1e30.into(), 0.004.into()],
+        );
+        c
+    };
+    let ((_t1, full), (_t2, parts)) = (scratch("pop-full"), scratch("pop-parts"));
+    let a = run(&pop, &full, false, None).expect("the run completes");
+    for (w, win) in a.windows.iter().enumerate() {
+        assert_eq!(win.status, WindowStatus::Ok, "window {w}");
+        let p = win.population.as_ref().expect("population");
+        let WindowStatus::Failed { error } = &p.members[1].status else {
+            panic!("agent 1 should have failed: {:?}", p.members[1].status);
+        };
+        assert!(
+            error.starts_with(&format!("agent 1: window {w}, epoch 0, step ")),
+            "{error}"
+        );
+        assert!(p.members[1].validation.is_none());
+        let sharpe = |k: usize| {
+            p.members[k]
+                .validation
+                .as_ref()
+                .expect("validated")
+                .sharpe
+                .unwrap_or(f64::NEG_INFINITY)
+        };
+        let want = if sharpe(2) > sharpe(0) { 2 } else { 0 };
+        assert_eq!(
+            p.selected,
+            want,
+            "window {w}: {} vs {}",
+            sharpe(0),
+            sharpe(2)
+        );
+        assert_eq!(p.members[p.selected].validation, win.validation);
+    }
+    // Stopped inside window 0 (3 epochs), then continued.
+    let e = run(&pop, &parts, false, Some(2)).expect_err("stops");
+    assert!(matches!(e, TrainError::Stopped { epochs: 2 }), "{e}");
+    assert!(
+        parts
+            .join("windows/window-000/agent-000/progress.json")
+            .is_file()
+    );
+    assert!(
+        parts
+            .join("windows/window-000/agent-001/report.json")
+            .is_file(),
+        "the failed member is finished"
+    );
+    let b = run(&pop, &parts, true, None).expect("resumed");
+    assert_eq!(a.windows, b.windows, "per-window results identical");
+    assert_eq!(a.aggregate, b.aggregate);
+}
+
+/// On a GPU: each member of a population (one after another on the device, sharing the
+/// window's one upload) trains exactly as the standalone GPU run with its seed, and the selected
+/// member's test (decided on the host) equals that run's test (decided on the device).
+#[cfg(feature = "cuda")]
+#[test]
+fn on_the_gpu_a_population_member_equals_its_standalone_gpu_run() {
+    if !foxhunt_testkit::gpu_tests() {
+        return;
+    }
+    let base = TrainConfig {
+        device: DeviceChoice::Cuda,
+        ..small()
+    };
+    let pop = TrainConfig {
+        agents: 3,
+        ..base.clone()
+    };
+    let (_t, out) = scratch("gpu-population");
+    let r = run(&pop, &out, false, None).expect("GPU population");
+    assert_eq!(r.device, "cuda");
+    let alone: Vec<foxhunt_trainer::RunReport> = (0..3)
+        .map(|k| {
+            let (_t, dir) = scratch(&format!("gpu-population-{k}"));
+            run(&standalone(&base, 11 + k, base.dqn.lr), &dir, false, None).expect("standalone")
+        })
+        .collect();
+    for (w, win) in r.windows.iter().enumerate() {
+        let p = win.population.as_ref().expect("population");
+        for (k, m) in p.members.iter().enumerate() {
+            let a = &alone[k].windows[w];
+            assert_eq!(m.epochs, a.epochs, "window {w} agent {k}");
+            assert_eq!((m.best_epoch, &m.validation), (a.best_epoch, &a.validation));
+        }
+        let vals: Vec<f64> = alone
+            .iter()
+            .map(|a| {
+                a.windows[w]
+                    .validation
+                    .as_ref()
+                    .expect("validated")
+                    .total_pnl
+            })
+            .collect();
+        assert_eq!(p.selected, best_of(&vals));
+        assert_eq!(win.test_results, alone[p.selected].windows[w].test_results);
+    }
+    // The window's data crossed to the device once, for the first member.
+    let uploads: Vec<bool> = r.phases.iter().map(|p| p.uploaded_bytes > 0).collect();
+    assert_eq!(
+        uploads.iter().filter(|&&u| u).count(),
+        r.windows.len(),
+        "{uploads:?}"
+    );
+}
+
 /// On a GPU (feature `cuda`, FOXHUNT_GPU_TESTS=1): the device path (arena, GPU environments,
 /// device replay, fused engine) trains every window, keeps the phase structure of the CPU run,
 /// learns (finite statistics, weights that move the validation result), and is deterministic:
