@@ -127,7 +127,10 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
             .to_string(),
     )?;
     let args = profile_args(root, device, &out_dir, extra);
-    let report = profile_train_args(&args)?.run(&out_dir)?;
+    let parsed = profile_train_args(&args)?;
+    let t_run = std::time::Instant::now();
+    let report = parsed.run(&out_dir)?;
+    let wall_s = t_run.elapsed().as_secs_f64();
     if report.phases.is_empty() {
         bail!("the profile run trained no epoch");
     }
@@ -194,6 +197,7 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
             report.device_open_ms + first.total
         );
     }
+    population_line(&report, wall_s);
     let path: PathBuf = root.join("target/profile.json");
     foxhunt_fs::write_atomic(&path, &serde_json::to_vec_pretty(&profile)?)?;
     println!(
@@ -202,4 +206,37 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
         out_dir.display()
     );
     Ok(())
+}
+
+/// For a population: an epoch of all its members (their epochs summed per window and epoch,
+/// median over the run), the whole run's wall time per window-epoch, and agent-steps per
+/// second of wall time (an agent-step: one step of an agent's every environment).
+fn population_line(report: &foxhunt_trainer::RunReport, wall_s: f64) {
+    let Some(agents) = report
+        .windows
+        .iter()
+        .find_map(|w| w.population.as_ref())
+        .map(|p| p.members.len())
+    else {
+        return;
+    };
+    let mut sums: std::collections::BTreeMap<(usize, usize), f64> = Default::default();
+    let mut agent_steps = 0usize;
+    for p in &report.phases {
+        *sums.entry((p.window, p.epoch)).or_default() += p.total;
+        agent_steps += p.steps;
+    }
+    let later: Vec<f64> = sums
+        .iter()
+        .filter(|((_, e), _)| *e > 0)
+        .map(|(_, &t)| t)
+        .collect();
+    println!(
+        "\npopulation of {agents} agents: an epoch of every member (their epochs summed, median of \
+         later epochs) {:.2} ms; whole run {wall_s:.3} s wall = {:.2} ms per window-epoch; {:.0} \
+         agent-steps/s",
+        median(later),
+        wall_s * 1e3 / sums.len().max(1) as f64,
+        agent_steps as f64 / wall_s
+    );
 }
