@@ -170,11 +170,22 @@ mod tests {
     #[test]
     fn the_documented_toml_example_parses_and_unknown_keys_are_refused() {
         let doc = include_str!("../../../docs/TRAINING.md");
-        let start = doc.find("```toml\n").expect("a TOML example") + 8;
-        let end = start + doc[start..].find("```").expect("closed");
+        // The TOML block of a section of the page.
+        let example = |section: &str| {
+            let at = doc.find(section).expect("the section");
+            let start = at + doc[at..].find("```toml\n").expect("a TOML example") + 8;
+            let end = start + doc[start..].find("```").expect("closed");
+            doc[start..end].to_string()
+        };
         let dir = foxhunt_testkit::Scratch::new("config");
         let path = dir.join("train.toml");
-        std::fs::write(&path, &doc[start..end]).expect("write");
+        // The population's example: 4 seeds x 2 learning rates x 2 shapes.
+        std::fs::write(&path, example("## A population per window")).expect("write");
+        let c = TrainConfig::from_toml_file(&path).expect("the population example parses");
+        let m = crate::population::members(&c).expect("a valid population");
+        assert_eq!((m.len(), c.ensemble), (16, 3));
+        assert_eq!((m[0].cfg.dqn.hidden.clone(), m[0].cfg.dqn.lr, m[1].cfg.seed), (vec![64, 64], 0.001, 1));
+        std::fs::write(&path, example("## Options")).expect("write");
         let c = TrainConfig::from_toml_file(&path).expect("the documented example parses");
         assert_eq!((c.epochs, c.envs, c.dqn.n_step), (10, 128, 3));
         assert_eq!(c.costs.commission, 1.25);
