@@ -208,18 +208,15 @@ pub fn run(root: &Path, device: &str, compare: Option<&Path>, extra: &[String]) 
     Ok(())
 }
 
-/// For a population: an epoch of all its members (their epochs summed per window and epoch,
+/// For a population (or one agent): an epoch of all its members (their epochs summed per window and epoch,
 /// median over the run), the whole run's wall time per window-epoch, and agent-steps per
 /// second of wall time (an agent-step: one step of an agent's every environment).
 fn population_line(report: &foxhunt_trainer::RunReport, wall_s: f64) {
-    let Some(agents) = report
+    let agents = report
         .windows
         .iter()
         .find_map(|w| w.population.as_ref())
-        .map(|p| p.members.len())
-    else {
-        return;
-    };
+        .map_or(1, |p| p.members.len());
     let mut sums: std::collections::BTreeMap<(usize, usize), f64> = Default::default();
     let mut agent_steps = 0usize;
     for p in &report.phases {
@@ -231,12 +228,14 @@ fn population_line(report: &foxhunt_trainer::RunReport, wall_s: f64) {
         .filter(|((_, e), _)| *e > 0)
         .map(|(_, &t)| t)
         .collect();
+    let train_s = report.train_ms / 1e3;
     println!(
         "\npopulation of {agents} agents: an epoch of every member (their epochs summed, median of \
-         later epochs) {:.2} ms; whole run {wall_s:.3} s wall = {:.2} ms per window-epoch; {:.0} \
-         agent-steps/s",
+         later epochs) {:.2} ms; windows' training and tests {train_s:.3} s wall = {:.2} ms per \
+         window-epoch, {:.0} agent-steps/s (whole run with data load and device open {wall_s:.3} \
+         s)",
         median(later),
-        wall_s * 1e3 / sums.len().max(1) as f64,
-        agent_steps as f64 / wall_s
+        report.train_ms / sums.len().max(1) as f64,
+        agent_steps as f64 / train_s
     );
 }

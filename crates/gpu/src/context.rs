@@ -94,14 +94,19 @@ impl GpuContext {
     /// may then overlap this one's instead of queueing behind them on one stream.
     ///
     /// A worker's device buffers are allocated, used and freed on its own stream only (its
-    /// window arena, environments, replay and engine are its own; the handles share modules,
-    /// never buffers), so cudarc's cross-stream event tracking, which would record events on
-    /// every buffer of every launch, is turned off for this context's buffers. Call it before
-    /// any worker allocates.
+    /// environments, replay and engine are its own; the handles share modules), with one
+    /// exception: a window's market data, uploaded once and then only read, may be read from
+    /// several workers' streams after the upload has been waited for, and is handed back only
+    /// after those workers' streams are done (foxhunt-memory's `GpuArena::on`, a population's
+    /// members). So cudarc's cross-stream event tracking, which would record events on every
+    /// buffer of every launch, is turned off for this context's buffers. Call it before any
+    /// worker allocates.
     pub fn worker(&self) -> Result<Arc<Self>, GpuError> {
-        // SAFETY: cudarc's conditions for untracked buffers hold by the rule above: no buffer
-        // is used on a stream other than the one it was allocated on, so none is freed, read or
-        // written while another stream uses it.
+        // SAFETY: cudarc's conditions for untracked buffers hold by the rule above: a buffer is
+        // written and freed only on the stream it was allocated on, and read on another stream
+        // only between a synchronize after its last write and a synchronize of that stream
+        // before it is freed or written again, so none is freed or written while another
+        // stream uses it.
         unsafe { self.ctx.disable_event_tracking() };
         let stream = self
             .ctx

@@ -134,4 +134,50 @@ impl GpuArena<'_> {
     pub fn buffers(&self) -> &DeviceWindow {
         self.window()
     }
+    /// The window as seen from the stream of `ctx` (a context of the same device, e.g. a
+    /// [`GpuContext::worker`]): for several agents that share one upload, each queuing its own
+    /// work. The caller waits for the arena's upload on its own stream before work on `ctx`
+    /// reads the window, and ends that work before the arena is dropped; nothing writes the
+    /// window once it is uploaded.
+    pub fn on(&self, ctx: &Arc<GpuContext>) -> OnStream<'_> {
+        OnStream {
+            window: self.window(),
+            exec: self.exec(),
+            ctx: ctx.clone(),
+        }
+    }
+}
+
+/// A window resident on the device and the stream that work over it is queued on: what the
+/// GPU environments and the evaluator are made from (an arena converts to its own stream's).
+#[derive(Clone)]
+pub struct OnStream<'a> {
+    window: &'a DeviceWindow,
+    exec: &'a foxhunt_env::Execution,
+    ctx: Arc<GpuContext>,
+}
+
+impl<'a> From<&'a GpuArena<'_>> for OnStream<'a> {
+    fn from(arena: &'a GpuArena<'_>) -> Self {
+        arena.on(arena.context())
+    }
+}
+
+impl<'a> OnStream<'a> {
+    /// Rows of market data.
+    pub fn rows(&self) -> usize {
+        self.window.rows
+    }
+    /// The context whose stream the work is queued on.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+    /// The device buffers.
+    pub fn buffers(&self) -> &'a DeviceWindow {
+        self.window
+    }
+    /// Contract terms and costs.
+    pub fn exec(&self) -> &'a foxhunt_env::Execution {
+        self.exec
+    }
 }

@@ -9,7 +9,7 @@ use foxhunt_env::{EnvConfig, Execution, SessionRule};
 use foxhunt_gpu::{DeviceBuffer, GpuContext, Grid, Kernel, Launch, Module};
 
 use crate::MemoryError;
-use crate::device::{DeviceWindow, GpuArena};
+use crate::device::{DeviceWindow, OnStream};
 
 /// A dense Q-network on the device as the evaluation kernels read it: the parameters, flat in
 /// foxhunt-dqn's `AgentState` order, and the layout words that say where each layer lies
@@ -59,13 +59,14 @@ pub struct DeviceEvaluator<'a> {
 impl<'a> DeviceEvaluator<'a> {
     /// An evaluator over `arena` for environment `env` (which [`unsupported_env`] accepts).
     pub fn new(
-        arena: &'a GpuArena<'_>,
+        arena: impl Into<OnStream<'a>>,
         env: &EnvConfig,
         session: &[u32],
     ) -> Result<Self, MemoryError> {
         if let Some(why) = unsupported_env(env) {
             return Err(MemoryError::Config(format!("device evaluation: {why}")));
         }
+        let arena = arena.into();
         let ctx = arena.context().clone();
         let rows = arena.rows();
         if session.len() != rows {

@@ -1,4 +1,4 @@
-//! The GPU environment: N environments over a window resident in a [`GpuArena`], stepped by
+//! The GPU environment: N environments over a window resident in a [`GpuArena`](crate::GpuArena), stepped by
 //! kernels that transcribe foxhunt-env's reference step (kernels/env_step.cu).
 
 use std::ops::Range;
@@ -8,7 +8,7 @@ use foxhunt_env::{EnvConfig, SessionRule};
 use foxhunt_gpu::{DeviceBuffer, Elem, GpuContext, Grid, Kernel, Launch, Module};
 
 use crate::MemoryError;
-use crate::device::{DeviceWindow, GpuArena};
+use crate::device::{DeviceWindow, OnStream};
 use crate::replay::DeviceReplay;
 
 /// The scalars env_reset and env_step both take after the market buffers.
@@ -51,7 +51,7 @@ pub(crate) struct StepParams {
     pub flatten_at_close: i32,
 }
 
-/// N environments on the device over one split of a window resident in a [`GpuArena`]; the
+/// N environments on the device over one split of a window resident in a [`GpuArena`](crate::GpuArena); the
 /// environment borrows the arena, so it cannot outlive the window or copy its data.
 ///
 /// The same semantics as `foxhunt_env::VecEnv` step for step: the kernels in kernels/env_step.cu
@@ -83,12 +83,13 @@ impl<'a> GpuVecEnv<'a> {
     /// `n` environments over rows `split` of the arena's window (nothing is uploaded but the
     /// environments' own zeroed state).
     pub fn new(
-        arena: &'a GpuArena<'_>,
+        arena: impl Into<OnStream<'a>>,
         cfg: EnvConfig,
         split: Range<usize>,
         n: usize,
         seed: u64,
     ) -> Result<Self, MemoryError> {
+        let arena = arena.into();
         let ctx = arena.context().clone();
         let exec = *arena.exec();
         if split.end > arena.rows() || split.len() < 2 || n == 0 || n > u32::MAX as usize {

@@ -34,7 +34,7 @@ mod replay;
 
 pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
 #[cfg(feature = "cuda")]
-pub use device::{DevicePool, DeviceWindow, GpuArena};
+pub use device::{DevicePool, DeviceWindow, GpuArena, OnStream};
 #[cfg(feature = "cuda")]
 pub use epoch::{
     EpochKernel, LearnRule, LearnerBuffers, NetShape, PlannedStep, StepTimes, TargetSync,

@@ -184,7 +184,10 @@ mod tests {
         let c = TrainConfig::from_toml_file(&path).expect("the population example parses");
         let m = crate::population::members(&c).expect("a valid population");
         assert_eq!((m.len(), c.ensemble), (16, 3));
-        assert_eq!((m[0].cfg.dqn.hidden.clone(), m[0].cfg.dqn.lr, m[1].cfg.seed), (vec![64, 64], 0.001, 1));
+        assert_eq!(
+            (m[0].cfg.dqn.hidden.clone(), m[0].cfg.dqn.lr, m[1].cfg.seed),
+            (vec![64, 64], 0.001, 1)
+        );
         std::fs::write(&path, example("## Options")).expect("write");
         let c = TrainConfig::from_toml_file(&path).expect("the documented example parses");
         assert_eq!((c.epochs, c.envs, c.dqn.n_step), (10, 128, 3));

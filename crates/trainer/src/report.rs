@@ -136,6 +136,9 @@ pub struct RunReport {
     /// the first epoch of the run is this plus that epoch's own breakdown.
     #[serde(default)]
     pub device_open_ms: f64,
+    /// Wall time of training and testing this process's windows (ms; 0 for an aggregate).
+    #[serde(default)]
+    pub train_ms: f64,
     /// Windows trained (or failed), in order.
     pub windows: Vec<WindowReport>,
     /// Windows the plan skipped.

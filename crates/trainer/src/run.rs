@@ -352,7 +352,9 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         bars: &bars,
         members,
     };
+    let t_train = Instant::now();
     let trained = ctx.train_windows(&owned, &slots);
+    let train_ms = t_train.elapsed().as_secs_f64() * 1e3;
     bars.finish();
     let (done, pool) = trained?;
     #[cfg(feature = "cuda")]
@@ -380,6 +382,7 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         RunMeta {
             device: device_name.into(),
             device_open_ms,
+            train_ms,
             pool,
         },
     );
@@ -613,6 +616,7 @@ fn read_window(dir: &WindowDir) -> Result<WindowResult, TrainError> {
 struct RunMeta {
     device: String,
     device_open_ms: f64,
+    train_ms: f64,
     pool: foxhunt_memory::PoolStats,
 }
 
@@ -643,6 +647,7 @@ fn assemble(
     let report = RunReport {
         device: meta.device,
         device_open_ms: meta.device_open_ms,
+        train_ms: meta.train_ms,
         windows,
         skipped: plan
             .skipped
@@ -696,6 +701,7 @@ pub fn aggregate(out: &Path, capital: f64) -> Result<RunReport, TrainError> {
         RunMeta {
             device,
             device_open_ms: 0.0,
+            train_ms: 0.0,
             pool: foxhunt_memory::PoolStats::default(),
         },
     );
@@ -849,15 +855,19 @@ struct Trained {
     tested: Option<Vec<foxhunt_env::BacktestReport>>,
 }
 
-/// Where a window's agents train: the CPU, or a GPU with the window resident in a device
-/// arena (made once per window, when an agent needs the device engine).
-enum Place<'g> {
+/// Where a window's agents train: the CPU, or a GPU: the window resident in a device arena
+/// (made once per window, when an agent needs the device engine) and the context whose stream
+/// an agent's work is queued on (the arena's, or a worker's for members side by side).
+enum Place<'a, 'g> {
     Cpu,
     #[cfg(feature = "cuda")]
-    Gpu(Option<Box<foxhunt_memory::GpuArena<'g>>>),
+    Gpu {
+        arena: Option<&'a foxhunt_memory::GpuArena<'g>>,
+        ctx: Gpu,
+    },
     #[cfg(not(feature = "cuda"))]
     #[allow(dead_code)]
-    Gpu(std::marker::PhantomData<&'g ()>),
+    Gpu(std::marker::PhantomData<(&'a (), &'g ())>),
 }
 
 /// A member of a population after the window: its report line, the phases of its epochs and
@@ -904,18 +914,32 @@ impl WindowCtx<'_> {
             val: rel(&w.val.rows, base),
             test: rel(&w.test.rows, base),
         };
+        #[cfg(feature = "cuda")]
+        let (gpu_ctx, gpu_arena) = match device {
+            DeviceRun::Cpu => (None, None),
+            DeviceRun::Gpu(g) => {
+                let ctx = g.pool.context().clone();
+                // Prioritized replay keeps its sum tree on the host (burn-cuda, host
+                // collection): no device arena for it.
+                let needed = self.members.iter().any(|m| m.cfg.dqn.prioritized.is_none());
+                let arena = match needed {
+                    true => Some(g.pool.window(&data).map_err(TrainError::from)?),
+                    false => None,
+                };
+                (Some(ctx), arena)
+            }
+        };
+        #[cfg(feature = "cuda")]
+        let place = match gpu_ctx {
+            Some(ctx) => Place::Gpu {
+                arena: gpu_arena.as_ref(),
+                ctx,
+            },
+            None => Place::Cpu,
+        };
+        #[cfg(not(feature = "cuda"))]
         let place = match device {
             DeviceRun::Cpu => Place::Cpu,
-            // Prioritized replay keeps its sum tree on the host (burn-cuda, host collection):
-            // no device arena for it.
-            #[cfg(feature = "cuda")]
-            DeviceRun::Gpu(g) => Place::Gpu(
-                match self.members.iter().any(|m| m.cfg.dqn.prioritized.is_none()) {
-                    true => Some(Box::new(g.pool.window(&data).map_err(TrainError::from)?)),
-                    false => None,
-                },
-            ),
-            #[cfg(not(feature = "cuda"))]
             DeviceRun::Gpu(g) => match *g {},
         };
         if self.members.len() > 1 {
@@ -948,7 +972,7 @@ impl WindowCtx<'_> {
     #[allow(clippy::too_many_arguments)]
     fn agent(
         &self,
-        place: &Place<'_>,
+        place: &Place<'_, '_>,
         arena: &HostArena<'_>,
         splits: &Splits,
         t_init: Instant,
@@ -980,21 +1004,24 @@ impl WindowCtx<'_> {
                 self.epochs(engine, s.prog, s.best, &run, budget)
             }
             #[cfg(feature = "cuda")]
-            Place::Gpu(_) if cfg.dqn.prioritized.is_some() => {
+            Place::Gpu { .. } if cfg.dqn.prioritized.is_some() => {
                 let s = self.start::<foxhunt_dqn::CudaBackend>(&Default::default(), true)?;
                 let replay = s.replay.expect("a host replay was asked for");
                 let engine = HostEngine::new(host(arena.market()), s.agent, replay);
                 self.epochs(engine, s.prog, s.best, &run, budget)
             }
             #[cfg(feature = "cuda")]
-            Place::Gpu(gpu_arena) => {
-                let gpu_arena = gpu_arena
-                    .as_ref()
+            Place::Gpu {
+                arena: on_device,
+                ctx,
+            } => {
+                let gpu_arena = on_device
                     .expect("a device arena is made when an agent needs the device engine");
                 let start = self.start::<CpuBackend>(&Default::default(), false)?;
                 let prog = start.prog;
                 let engine = crate::engine::device::DeviceEngine::new(
                     gpu_arena,
+                    ctx,
                     start.agent,
                     &cfg.env,
                     splits.train.clone(),
@@ -1012,13 +1039,13 @@ impl WindowCtx<'_> {
         }
     }
 
-    /// Every member of the population on the window's one arena (on the CPU on threads, on a
-    /// GPU one after another), each in its own folder; the best on validation is tested once,
+    /// Every member of the population on the window's one arena (on threads, one per core;
+    /// on a GPU each thread queues on a stream of its own), each in its own folder; the best on validation is tested once,
     /// and the vote of the best `ensemble` beside it. A member whose statistics stop being
     /// finite fails alone. `budget` (`--stop-after-epochs`) counts each member's epochs.
     fn population(
         &self,
-        place: &Place<'_>,
+        place: &Place<'_, '_>,
         arena: &HostArena<'_>,
         splits: &Splits,
         t_init: Instant,
@@ -1027,11 +1054,16 @@ impl WindowCtx<'_> {
         let (cfg, w) = (self.job.cfg, self.w);
         self.bars.window_started(w.index, 0);
         let start_budget = *budget;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = match place {
-            Place::Cpu => std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(self.members.len()),
-            _ => 1,
+            Place::Cpu => cores.min(self.members.len()),
+            // burn-cuda (prioritized replay) is kept to one thread.
+            #[cfg(feature = "cuda")]
+            Place::Gpu { .. } if self.members.iter().any(|m| m.cfg.dqn.prioritized.is_some()) => 1,
+            #[cfg(feature = "cuda")]
+            Place::Gpu { .. } => cores.min(self.members.len()),
+            #[cfg(not(feature = "cuda"))]
+            Place::Gpu(_) => 1,
         };
         let mut done: Vec<Option<MemberRun>> = (0..self.members.len()).map(|_| None).collect();
         if threads <= 1 {
@@ -1048,11 +1080,30 @@ impl WindowCtx<'_> {
             use std::sync::atomic::{AtomicUsize, Ordering};
             let next = AtomicUsize::new(0);
             let slots = Mutex::new(&mut done);
+            // A place per thread: on a GPU a worker's stream each, the window's arena shared.
+            let places: Vec<Place<'_, '_>> = (0..threads)
+                .map(|_| -> Result<_, TrainError> {
+                    Ok(match place {
+                        Place::Cpu => Place::Cpu,
+                        #[cfg(feature = "cuda")]
+                        Place::Gpu { arena, ctx } => Place::Gpu {
+                            arena: *arena,
+                            ctx: ctx.worker()?,
+                        },
+                        #[cfg(not(feature = "cuda"))]
+                        Place::Gpu(_) => unreachable!("no GPU place without CUDA"),
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            // The window's upload is done before any worker's stream reads it (GpuArena::on).
+            #[cfg(feature = "cuda")]
+            if let Place::Gpu { ctx, .. } = place {
+                ctx.synchronize().map_err(TrainError::from)?;
+            }
             std::thread::scope(|scope| {
-                for _ in 0..threads {
-                    scope.spawn(|| {
-                        // The CPU place holds nothing: each thread has its own.
-                        let place = Place::Cpu;
+                for place in places {
+                    let (next, slots) = (&next, &slots);
+                    scope.spawn(move || {
                         loop {
                             let k = next.fetch_add(1, Ordering::SeqCst);
                             let Some(m) = self.members.get(k) else { break };
@@ -1062,6 +1113,12 @@ impl WindowCtx<'_> {
                                 .member_run(m, &place, arena, splits, t0, &mut b, k == 0)
                                 .map(|d| (d, b));
                             slots.lock().expect("no member panics")[k] = Some(r);
+                        }
+                        // The worker's work ends before the window's arena goes back to the
+                        // pool (each member's last read waits for it already).
+                        #[cfg(feature = "cuda")]
+                        if let Place::Gpu { ctx, .. } = &place {
+                            let _ = ctx.synchronize();
                         }
                     });
                 }
@@ -1196,7 +1253,7 @@ impl WindowCtx<'_> {
     fn member_run(
         &self,
         m: &Member,
-        place: &Place<'_>,
+        place: &Place<'_, '_>,
         arena: &HostArena<'_>,
         splits: &Splits,
         t_init: Instant,

@@ -46,6 +46,8 @@ impl GpuRun {
 /// The device engine over one window resident in `arena`.
 pub(crate) struct DeviceEngine<'a, 'p> {
     arena: &'a GpuArena<'p>,
+    /// Whose stream the engine's work is queued on.
+    ctx: Arc<GpuContext>,
     agent: DqnAgent<CpuBackend>,
     fused: FusedDqn,
     ring: DeviceReplay,
@@ -80,12 +82,15 @@ struct DeviceEval<'a> {
 }
 
 impl<'a, 'p> DeviceEngine<'a, 'p> {
-    /// An engine over `arena` starting from `agent`'s state (one upload); `max_updates` is the
-    /// most updates an epoch makes (their statistics stay on the device until it ends);
-    /// `session` is the window's session index per row; `step_loop` how epochs run.
+    /// An engine over `arena` starting from `agent`'s state, queuing its work on the stream
+    /// of `ctx` (the arena's own, or a worker's of the same device: see [`GpuArena::on`]);
+    /// `max_updates` is the most updates an epoch makes (their statistics stay on the device
+    /// until it ends); `session` is the window's session index per row; `step_loop` how
+    /// epochs run.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         arena: &'a GpuArena<'p>,
+        ctx: &Arc<GpuContext>,
         agent: DqnAgent<CpuBackend>,
         env: &EnvConfig,
         split: Range<usize>,
@@ -95,7 +100,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
         session: &[u32],
         step_loop: StepLoop,
     ) -> Result<Self, TrainError> {
-        let ctx = arena.context().clone();
+        let ctx = ctx.clone();
         let dqn = agent.config().clone();
         let eval = match device_eval_unsupported(&dqn).or_else(|| unsupported_env(env)) {
             Some(why) => {
@@ -105,7 +110,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
                 None
             }
             None => Some(DeviceEval {
-                evaluator: DeviceEvaluator::new(arena, env, session)?,
+                evaluator: DeviceEvaluator::new(arena.on(&ctx), env, session)?,
                 max_width: layout_words(&dqn).1,
                 kept: ctx.alloc(agent.num_params())?,
             }),
@@ -133,6 +138,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
         };
         Ok(Self {
             arena,
+            ctx: ctx.clone(),
             agent,
             fused,
             ring,
@@ -229,7 +235,7 @@ impl DeviceEngine<'_, '_> {
     fn launch(&mut self, range: Range<usize>) -> Result<(), TrainError> {
         let one = self.one_launch.as_mut().expect("a one-launch engine");
         let steps = &one.plan[range];
-        let ctx = self.arena.context();
+        let ctx = &self.ctx;
         let env = self
             .envs
             .as_mut()
@@ -268,7 +274,7 @@ impl Engine for DeviceEngine<'_, '_> {
             Some(env) => env.restart(seed)?,
             None => {
                 let mut env = GpuVecEnv::new(
-                    self.arena,
+                    self.arena.on(&self.ctx),
                     self.env.clone(),
                     self.split.clone(),
                     self.n_env,
@@ -316,10 +322,7 @@ impl Engine for DeviceEngine<'_, '_> {
         self.launch(0..plan.steps)?;
         // The device's own timestamps of each step's phases (waits for the launch).
         let one = self.one_launch.as_ref().expect("checked above");
-        let [collect, train, sync] = one
-            .kernel
-            .step_times(self.arena.context(), plan.steps)?
-            .phases();
+        let [collect, train, sync] = one.kernel.step_times(&self.ctx, plan.steps)?.phases();
         clock.record(Phase::Collect, collect);
         clock.record(Phase::Train, train);
         clock.record(Phase::Sync, sync);
@@ -395,7 +398,7 @@ impl Engine for DeviceEngine<'_, '_> {
         let params = match which {
             Judged::Current => self.fused.online_params(),
             Judged::Kept(s) => {
-                self.arena.context().write(&mut e.kept, &s.state.online)?;
+                self.ctx.write(&mut e.kept, &s.state.online)?;
                 &e.kept
             }
         };
@@ -409,13 +412,13 @@ impl Engine for DeviceEngine<'_, '_> {
     }
 
     fn timing(&self) -> Timing {
-        let ctx = self.arena.context().clone();
+        let ctx = self.ctx.clone();
         Timing {
             sync: Box::new(move || {
                 // A failed sync surfaces in the next read of a result; timing just ends here.
                 let _ = ctx.synchronize();
             }),
-            marks: Some(Box::new(Marks(self.arena.context().marks()))),
+            marks: Some(Box::new(Marks(self.ctx.marks()))),
         }
     }
 }

@@ -53,6 +53,7 @@ fn engine<'a, 'p>(
     let split = 0..m.rows() * 3 / 5;
     DeviceEngine::new(
         arena,
+        arena.context(),
         agent,
         &EnvConfig::default(),
         split,
