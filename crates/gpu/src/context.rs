@@ -122,6 +122,15 @@ impl GpuContext {
         }))
     }
 
+    /// Bytes of device memory free now (the driver's count, for every process on the GPU).
+    pub fn free_memory(&self) -> Result<u64, GpuError> {
+        let (free, _total) = self
+            .ctx
+            .mem_get_info()
+            .map_err(GpuError::driver("reading the free device memory"))?;
+        Ok(free as u64)
+    }
+
     /// How this context's modules were obtained so far.
     pub fn compile_stats(&self) -> CompileStats {
         self.stats.lock().expect("stats lock").clone()

@@ -73,6 +73,41 @@ pub(crate) fn estimate(cfg: &TrainConfig, feature_cols: usize) -> Vec<(String, f
     ]
 }
 
+/// Blocks of the one-launch epoch an agent may use (each with a slot of the gradient), an
+/// upper bound for the estimate.
+const EPOCH_BLOCKS: f64 = 132.0;
+
+/// What one device-engine agent holds on the GPU: (what, bytes). The replay ring stores a step
+/// by index (bar, position, entry, action, reward, done), not its observations.
+pub(crate) fn device_estimate(cfg: &TrainConfig, feature_cols: usize) -> Vec<(String, f64)> {
+    let obs = cfg.env.lookback as f64 * feature_cols as f64 + 2.0;
+    let host = estimate(cfg, feature_cols);
+    let params = host[0].1 / (PARAM_COPIES * 4.0);
+    let capacity = cfg.dqn.replay_capacity as f64;
+    let envs = cfg.envs as f64;
+    let batch = cfg.dqn.batch_size as f64;
+    vec![
+        (
+            format!(
+                "network: {params:.0} parameters x ({PARAM_COPIES} copies + up to \
+                 {EPOCH_BLOCKS} gradient slots) x 4 bytes"
+            ),
+            params * (PARAM_COPIES + EPOCH_BLOCKS) * 4.0,
+        ),
+        (
+            format!("replay ring: capacity {capacity} x 24 bytes (replay_capacity)"),
+            capacity * 24.0,
+        ),
+        (
+            format!(
+                "environments and batch: {envs} x ({obs:.0} floats + 32 bytes) + batch {batch} x \
+                 (2 x {obs:.0} + 5) floats (envs, batch_size)"
+            ),
+            envs * (obs * 4.0 + 32.0) + batch * (2.0 * obs + 5.0) * 4.0,
+        ),
+    ]
+}
+
 /// Refuses settings whose estimated memory, for `workers` workers that each hold `agents`
 /// agents at once (a population's members on threads) with all of it each, exceeds
 /// `available` bytes, listing the parts.
@@ -83,7 +118,39 @@ pub(crate) fn check(
     agents: usize,
     available: Option<f64>,
 ) -> Result<(), TrainError> {
-    let parts = estimate(cfg, feature_cols);
+    check_parts(
+        &estimate(cfg, feature_cols),
+        "memory",
+        workers,
+        agents,
+        available,
+    )
+}
+
+/// [`check`] for the device: what [`device_estimate`] counts, for `agents` agents on one GPU
+/// at once, against its free memory.
+pub(crate) fn check_device(
+    cfg: &TrainConfig,
+    feature_cols: usize,
+    agents: usize,
+    free: f64,
+) -> Result<(), TrainError> {
+    check_parts(
+        &device_estimate(cfg, feature_cols),
+        "GPU memory",
+        1,
+        agents,
+        Some(free),
+    )
+}
+
+fn check_parts(
+    parts: &[(String, f64)],
+    memory: &str,
+    workers: usize,
+    agents: usize,
+    available: Option<f64>,
+) -> Result<(), TrainError> {
     let held = workers * agents;
     let total = parts.iter().map(|p| p.1).sum::<f64>() * held as f64;
     let Some(available) = available else {
@@ -97,7 +164,7 @@ pub(crate) fn check(
         .map(|(what, bytes)| format!("  {} for {what}", gib(*bytes)))
         .collect();
     Err(TrainError::Options(format!(
-        "these settings need about {} of memory{}, but {} is available:\n{}\nreduce the sizes \
+        "these settings need about {} of {memory}{}, but {} is available:\n{}\nreduce the sizes \
          named",
         gib(total),
         match (workers, agents) {
@@ -171,6 +238,17 @@ mod tests {
             .to_string();
         assert!(
             e.contains("4 agents held at once: 1 worker(s) x 4 members") && e.contains("replay"),
+            "{e}"
+        );
+        // A population on one GPU: each member's device state, with the arithmetic.
+        let one: f64 = device_estimate(&cfg, 15).iter().map(|p| p.1).sum();
+        assert!(one < total, "the ring holds indices, not observations");
+        check_device(&cfg, 15, 16, 16.0 * one).expect("sixteen fit exactly");
+        let e = check_device(&cfg, 15, 16, 15.0 * one)
+            .expect_err("sixteen do not fit in fifteen's memory")
+            .to_string();
+        assert!(
+            e.contains("of GPU memory (16 agents held at once") && e.contains("replay ring"),
             "{e}"
         );
         // Where the available memory is unknown nothing is refused.

@@ -294,14 +294,10 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         Some(Some(_)) => Resolved::Cuda,
         _ => Resolved::Cpu,
     };
-    // Each worker holds its own agent, replay and environments; on the CPU a population's
-    // members train on threads, so that many are held at once.
-    let at_once = match resolved {
-        Resolved::Cpu => std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(members.len()),
-        Resolved::Cuda => 1,
-    };
+    // Each worker holds its own agent, replay and environments; a population's members train
+    // on threads (one per core; on a GPU with the device engine), so that many are held at
+    // once (WindowCtx::population).
+    let at_once = member_threads(&members, resolved);
     let cols = job.dataset.features.cols;
     let heaviest = members
         .iter()
@@ -323,6 +319,16 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         at_once,
         crate::budget::available_memory(),
     )?;
+    #[cfg(feature = "cuda")]
+    // A device's workers share its memory: one check per device.
+    for ctx in slots.iter().flatten().step_by(opts.workers_per_device) {
+        crate::budget::check_device(
+            heaviest,
+            cols,
+            opts.workers_per_device * at_once,
+            ctx.free_memory()? as f64,
+        )?;
+    }
     let out = &opts.out;
     let config = serde_json::json!({
         "source": job.source,
@@ -1054,17 +1060,13 @@ impl WindowCtx<'_> {
         let (cfg, w) = (self.job.cfg, self.w);
         self.bars.window_started(w.index, 0);
         let start_budget = *budget;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = match place {
-            Place::Cpu => cores.min(self.members.len()),
-            // burn-cuda (prioritized replay) is kept to one thread.
-            #[cfg(feature = "cuda")]
-            Place::Gpu { .. } if self.members.iter().any(|m| m.cfg.dqn.prioritized.is_some()) => 1,
-            #[cfg(feature = "cuda")]
-            Place::Gpu { .. } => cores.min(self.members.len()),
-            #[cfg(not(feature = "cuda"))]
-            Place::Gpu(_) => 1,
-        };
+        let threads = member_threads(
+            self.members,
+            match place {
+                Place::Cpu => Resolved::Cpu,
+                _ => Resolved::Cuda,
+            },
+        );
         let mut done: Vec<Option<MemberRun>> = (0..self.members.len()).map(|_| None).collect();
         if threads <= 1 {
             for (k, m) in self.members.iter().enumerate() {
@@ -1579,6 +1581,16 @@ impl WindowCtx<'_> {
         checkpoint::save(&agent, &self.dir.best(b.epoch))?;
         b.written = true;
         Ok(())
+    }
+}
+
+/// Threads a window's population trains on: one per core, at most one per member; on a GPU
+/// one when a member uses burn-cuda (prioritized replay), which is kept to one thread.
+fn member_threads(members: &[Member], device: Resolved) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match device {
+        Resolved::Cuda if members.iter().any(|m| m.cfg.dqn.prioritized.is_some()) => 1,
+        _ => cores.min(members.len()),
     }
 }
 

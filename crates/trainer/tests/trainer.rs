@@ -671,6 +671,24 @@ fn on_the_gpu_a_population_member_equals_its_standalone_gpu_run() {
         assert_eq!(p.selected, best_of(&vals));
         assert_eq!(win.test_results, alone[p.selected].windows[w].test_results);
     }
+    // A population whose members, side by side, do not fit the GPU's memory is refused with
+    // the arithmetic before a run directory exists (one such agent alone fits).
+    let mut big = TrainConfig {
+        agents: 64,
+        ..base.clone()
+    };
+    big.dqn.hidden = vec![8192, 8192];
+    let (_t2, refused) = scratch("gpu-population-big");
+    let e = run(&big, &refused, false, None)
+        .expect_err("too big for the GPU")
+        .to_string();
+    assert!(
+        e.contains("of GPU memory (")
+            && e.contains("agents held at once")
+            && e.contains("gradient slots"),
+        "{e}"
+    );
+    assert!(!refused.exists());
     // The window's data crossed to the device once, for the first member.
     let uploads: Vec<bool> = r.phases.iter().map(|p| p.uploaded_bytes > 0).collect();
     assert_eq!(
