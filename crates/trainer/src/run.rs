@@ -1046,8 +1046,8 @@ impl WindowCtx<'_> {
     }
 
     /// Every member of the population on the window's one arena (on threads, one per core;
-    /// on a GPU each thread queues on a stream of its own), each in its own folder; the best on validation is tested once,
-    /// and the vote of the best `ensemble` beside it. A member whose statistics stop being
+    /// on a GPU each thread queues on a stream of its own), each in its own folder; the best
+    /// on validation is tested once, and the vote of the best `ensemble` beside it. A member whose statistics stop being
     /// finite fails alone. `budget` (`--stop-after-epochs`) counts each member's epochs.
     fn population(
         &self,

@@ -452,8 +452,19 @@ fn standalone(base: &TrainConfig, seed: u64, lr: f64) -> TrainConfig {
     c
 }
 
-/// The member the selection must pick: best validation PnL, the first on ties.
-fn best_of(vals: &[f64]) -> usize {
+/// The member the selection must pick in window `w`, from the standalone runs of the members:
+/// best validation PnL, the first on ties.
+fn best_of(alone: &[foxhunt_trainer::RunReport], w: usize) -> usize {
+    let vals: Vec<f64> = alone
+        .iter()
+        .map(|a| {
+            a.windows[w]
+                .validation
+                .as_ref()
+                .expect("validated")
+                .total_pnl
+        })
+        .collect();
     let mut best = 0;
     for (k, &v) in vals.iter().enumerate() {
         if v > vals[best] {
@@ -518,18 +529,8 @@ fn a_population_member_trains_as_its_standalone_run_and_the_best_on_validation_i
             let best = m.best_epoch.expect("trained");
             assert!(dir.join(format!("best-epoch-{best:03}.ckpt")).is_file());
         }
-        let vals: Vec<f64> = alone
-            .iter()
-            .map(|a| {
-                a.windows[w]
-                    .validation
-                    .as_ref()
-                    .expect("validated")
-                    .total_pnl
-            })
-            .collect();
-        let sel = best_of(&vals);
-        assert_eq!(p.selected, sel, "window {w}: validation PnL {vals:?}");
+        let sel = best_of(&alone, w);
+        assert_eq!(p.selected, sel, "window {w}");
         assert_eq!(p.ensemble, vec![sel]);
         let (mine, theirs) = (&win.test_results, &alone[sel].windows[w].test_results);
         assert_eq!(
@@ -658,17 +659,7 @@ fn on_the_gpu_a_population_member_equals_its_standalone_gpu_run() {
             assert_eq!(m.epochs, a.epochs, "window {w} agent {k}");
             assert_eq!((m.best_epoch, &m.validation), (a.best_epoch, &a.validation));
         }
-        let vals: Vec<f64> = alone
-            .iter()
-            .map(|a| {
-                a.windows[w]
-                    .validation
-                    .as_ref()
-                    .expect("validated")
-                    .total_pnl
-            })
-            .collect();
-        assert_eq!(p.selected, best_of(&vals));
+        assert_eq!(p.selected, best_of(&alone, w));
         assert_eq!(win.test_results, alone[p.selected].windows[w].test_results);
     }
     // A population whose members, side by side, do not fit the GPU's memory is refused with
