@@ -75,10 +75,12 @@ pub(crate) fn estimate(cfg: &TrainConfig, feature_cols: usize) -> Vec<(String, f
 
 /// Blocks of the one-launch epoch an agent may use (each with a slot of the gradient), an
 /// upper bound for the estimate.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 const EPOCH_BLOCKS: f64 = 132.0;
 
 /// What one device-engine agent holds on the GPU: (what, bytes). The replay ring stores a step
 /// by index (bar, position, entry, action, reward, done), not its observations.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn device_estimate(cfg: &TrainConfig, feature_cols: usize) -> Vec<(String, f64)> {
     let obs = cfg.env.lookback as f64 * feature_cols as f64 + 2.0;
     let host = estimate(cfg, feature_cols);
@@ -129,6 +131,7 @@ pub(crate) fn check(
 
 /// [`check`] for the device: what [`device_estimate`] counts, for `agents` agents on one GPU
 /// at once, against its free memory.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn check_device(
     cfg: &TrainConfig,
     feature_cols: usize,
