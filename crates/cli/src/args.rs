@@ -819,6 +819,10 @@ mod tests {
             ),
             ("replay_capacity", &["--replay-capacity", "500"]),
             ("full_f32", &["--full-f32"]),
+            ("agents", &["--agents", "2"]),
+            ("sweep", &["--sweep", "dqn.lr=0.1,0.2"]),
+            ("select", &["--select", "sharpe"]),
+            ("ensemble", &["--ensemble", "1"]),
         ];
         let plain = recorded(&[]);
         let cmd = Cli::command();
