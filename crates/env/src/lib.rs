@@ -19,6 +19,6 @@ pub use backtest::{BacktestReport, Baseline, Policy, backtest, baselines};
 pub use error::EnvError;
 pub use exec::{Costs, Execution, SessionRule, Transition};
 pub use market::{MarketColumns, MarketData};
-pub use metrics::Metrics;
+pub use metrics::{MetricParts, Metrics};
 pub use spec::{ContractSpec, SpecTable};
 pub use vec_env::{EnvConfig, VecEnv, done};

@@ -66,9 +66,58 @@ pub struct MetricInputs<'a> {
     pub bars: usize,
 }
 
+/// What [`Metrics::from_parts`] needs: the daily PnL and what the equity curve and the trade
+/// list come to (a backtest on the device books these without keeping either).
+pub struct MetricParts<'a> {
+    /// PnL per trading day, in order.
+    pub daily_pnl: &'a [f64],
+    /// Largest fall of equity from its running peak (the peak starting at 0).
+    pub max_drawdown: f64,
+    /// The largest of those falls as a fraction of capital + peak.
+    pub max_drawdown_fraction: f64,
+    /// Closed trades.
+    pub trades: usize,
+    /// Closed trades with a positive PnL.
+    pub winning_trades: usize,
+    /// Bars the closed trades were held, summed.
+    pub bars_held: u64,
+    /// Capital for returns and drawdown fractions.
+    pub capital: f64,
+    /// Contracts traded.
+    pub contracts_traded: u64,
+    /// Costs paid.
+    pub total_costs: f64,
+    /// Bars covered.
+    pub bars: usize,
+}
+
 impl Metrics {
     /// Computes every metric from the backtest's records.
     pub fn compute(i: &MetricInputs<'_>) -> Self {
+        let (mut peak, mut max_dd, mut max_dd_frac) = (0.0f64, 0.0f64, 0.0f64);
+        for &e in i.equity {
+            peak = peak.max(e);
+            max_dd = max_dd.max(peak - e);
+            max_dd_frac = max_dd_frac.max((peak - e) / (i.capital + peak));
+        }
+        Self::from_parts(&MetricParts {
+            daily_pnl: i.daily_pnl,
+            max_drawdown: max_dd,
+            max_drawdown_fraction: max_dd_frac,
+            trades: i.trades.len(),
+            winning_trades: i.trades.iter().filter(|(p, _)| *p > 0.0).count(),
+            // Whole numbers: their sum in any order is the one a float sum in order gives
+            // (below 2^53).
+            bars_held: i.trades.iter().map(|&(_, b)| b as u64).sum(),
+            capital: i.capital,
+            contracts_traded: i.contracts_traded,
+            total_costs: i.total_costs,
+            bars: i.bars,
+        })
+    }
+
+    /// Every metric from the daily PnL and what the curve and the trades come to.
+    pub fn from_parts(i: &MetricParts<'_>) -> Self {
         let days = i.daily_pnl.len();
         let total_pnl: f64 = i.daily_pnl.iter().sum();
         let mean = if days > 0 {
@@ -86,30 +135,22 @@ impl Metrics {
                 (i.daily_pnl.iter().map(|x| x.min(0.0).powi(2)).sum::<f64>() / days as f64).sqrt();
             (down > 0.0).then(|| mean / down * DAYS_PER_YEAR.sqrt())
         });
-        let (mut peak, mut max_dd, mut max_dd_frac) = (0.0f64, 0.0f64, 0.0f64);
-        for &e in i.equity {
-            peak = peak.max(e);
-            max_dd = max_dd.max(peak - e);
-            max_dd_frac = max_dd_frac.max((peak - e) / (i.capital + peak));
-        }
         let annual = if days > 0 {
             total_pnl / i.capital * DAYS_PER_YEAR / days as f64
         } else {
             0.0
         };
-        let n_trades = i.trades.len();
+        let n_trades = i.trades;
         Self {
             total_pnl,
             capital: i.capital,
             return_on_capital: total_pnl / i.capital,
             sharpe: sharpe.flatten(),
             sortino: sortino.flatten(),
-            max_drawdown: max_dd,
-            max_drawdown_fraction: max_dd_frac,
-            calmar: (max_dd_frac > 0.0).then(|| annual / max_dd_frac),
-            hit_rate: (n_trades > 0).then(|| {
-                i.trades.iter().filter(|(p, _)| *p > 0.0).count() as f64 / n_trades as f64
-            }),
+            max_drawdown: i.max_drawdown,
+            max_drawdown_fraction: i.max_drawdown_fraction,
+            calmar: (i.max_drawdown_fraction > 0.0).then(|| annual / i.max_drawdown_fraction),
+            hit_rate: (n_trades > 0).then(|| i.winning_trades as f64 / n_trades as f64),
             trades: n_trades,
             contracts_traded: i.contracts_traded,
             turnover_per_day: if days > 0 {
@@ -117,8 +158,7 @@ impl Metrics {
             } else {
                 0.0
             },
-            avg_holding_bars: (n_trades > 0)
-                .then(|| i.trades.iter().map(|(_, b)| *b as f64).sum::<f64>() / n_trades as f64),
+            avg_holding_bars: (n_trades > 0).then(|| i.bars_held as f64 / n_trades as f64),
             total_costs: i.total_costs,
             bars: i.bars,
             days,
