@@ -164,21 +164,45 @@ struct HostLinear {
     bias: Option<Vec<f32>>,
     d_in: usize,
     d_out: usize,
+    /// A narrow layer's weights with each input's row padded to [`NARROW`] (a head's few
+    /// outputs summed side by side for several rows at once); empty for wider layers.
+    narrow: Vec<f32>,
 }
 
+/// Outputs a narrow layer has at most.
+const NARROW: usize = 4;
+
 impl HostLinear {
+    fn new(weight: Vec<f32>, bias: Option<Vec<f32>>, d_in: usize, d_out: usize) -> Self {
+        let narrow = if d_out <= NARROW {
+            let mut w = vec![0.0; d_in * NARROW];
+            for (dst, src) in w.chunks_exact_mut(NARROW).zip(weight.chunks_exact(d_out)) {
+                dst[..d_out].copy_from_slice(src);
+            }
+            w
+        } else {
+            Vec::new()
+        };
+        Self {
+            weight,
+            bias,
+            d_in,
+            d_out,
+            narrow,
+        }
+    }
+
     fn from_burn<B: Backend>(l: &Linear<B>) -> Self {
         let w = l.weight.val();
         let [d_in, d_out] = w.dims();
-        Self {
-            weight: w.into_data().iter::<f32>().collect(),
-            bias: l
-                .bias
+        Self::new(
+            w.into_data().iter::<f32>().collect(),
+            l.bias
                 .as_ref()
                 .map(|b| b.val().into_data().iter::<f32>().collect()),
             d_in,
             d_out,
-        }
+        )
     }
     fn forward(&self, x: &[f32], out: &mut Vec<f32>) {
         out.clear();
@@ -198,17 +222,12 @@ impl HostLinear {
 
 impl HostLinear {
     fn from_parts(weight: Vec<f32>, bias: Vec<f32>, d_in: usize, d_out: usize) -> Self {
-        Self {
-            weight,
-            bias: Some(bias),
-            d_in,
-            d_out,
-        }
+        Self::new(weight, Some(bias), d_in, d_out)
     }
 
     /// `rows` rows at once (`x` rows x d_in, `out` rows x d_out), each output the same sum as
     /// [`HostLinear::forward`]'s (bias first, then the inputs in order).
-    fn forward_rows(&self, x: &[f32], rows: usize, out: &mut Vec<f32>) {
+    fn forward_rows(&self, x: &[f32], rows: usize, out: &mut Vec<f32>, nonzero: &mut Vec<u32>) {
         out.clear();
         for _ in 0..rows {
             match &self.bias {
@@ -216,139 +235,134 @@ impl HostLinear {
                 None => out.extend(std::iter::repeat_n(0.0, self.d_out)),
             }
         }
-        dense_rows(&self.weight, self.d_in, self.d_out, x, rows, out);
+        if self.narrow.is_empty() {
+            dense_rows(&self.weight, self.d_in, self.d_out, x, rows, out, nonzero);
+        } else {
+            narrow_rows(&self.narrow, self.d_in, self.d_out, x, rows, out);
+        }
     }
+}
+
+/// [`dense_rows`] for a narrow layer (at most [`NARROW`] outputs), from its padded weights
+/// `w`: several rows advance together through the inputs, each row's outputs side by side in
+/// one short vector, all in registers; each output still its own sum in input order.
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2"))]
+fn narrow_rows(w: &[f32], d_in: usize, d_out: usize, x: &[f32], rows: usize, out: &mut [f32]) {
+    let mut r0 = 0;
+    while r0 < rows {
+        r0 += match rows - r0 {
+            8.. => narrow_group::<8>(w, d_in, d_out, x, r0, out),
+            4.. => narrow_group::<4>(w, d_in, d_out, x, r0, out),
+            2.. => narrow_group::<2>(w, d_in, d_out, x, r0, out),
+            _ => narrow_group::<1>(w, d_in, d_out, x, r0, out),
+        };
+    }
+}
+
+/// Rows `r0..r0 + G` of [`narrow_rows`]; returns `G`.
+#[inline(always)]
+fn narrow_group<const G: usize>(
+    w: &[f32],
+    d_in: usize,
+    d_out: usize,
+    x: &[f32],
+    r0: usize,
+    out: &mut [f32],
+) -> usize {
+    let mut acc = [[0f32; NARROW]; G];
+    for (r, a) in acc.iter_mut().enumerate() {
+        a[..d_out].copy_from_slice(&out[(r0 + r) * d_out..(r0 + r + 1) * d_out]);
+    }
+    let xs: [&[f32]; G] = std::array::from_fn(|r| &x[(r0 + r) * d_in..(r0 + r + 1) * d_in]);
+    for (i, wi) in w.chunks_exact(NARROW).enumerate().take(d_in) {
+        let wi: &[f32; NARROW] = wi.try_into().expect("a padded row");
+        for (a, xr) in acc.iter_mut().zip(&xs) {
+            let u = xr[i];
+            for k in 0..NARROW {
+                a[k] += u * wi[k];
+            }
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        out[(r0 + r) * d_out..(r0 + r + 1) * d_out].copy_from_slice(&a[..d_out]);
+    }
+    G
 }
 
 /// `out[r][o] += x[r][i] * w[i][o]` over the inputs i in order, for every row r and output o.
-/// Compiled for the widest vectors the processor has (chosen at run time) and tiled so that two
-/// rows' sums for 64 outputs stay in registers while the inputs stream past: each output is still
-/// its own sum of products in input order, each product and sum rounded alone (Rust never fuses a
-/// multiply and an add), so every width and tiling gives the same bits.
+/// Compiled for the widest vectors the processor has (chosen at run time). A row at a time: its
+/// non-zero inputs are listed first, without a branch (after ReLU about half are zero, in no
+/// pattern a branch predictor could learn), then each tile of outputs keeps its sums in
+/// registers while the listed inputs stream past. Each output is still its own sum of products
+/// in input order, each product and sum rounded alone (Rust never fuses a multiply and an add);
+/// a zero input would only add zeros, so passing over it changes at most a zero's sign, which no
+/// comparison reads. `nonzero` is scratch.
 #[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2"))]
-fn dense_rows(weight: &[f32], d_in: usize, d_out: usize, x: &[f32], rows: usize, out: &mut [f32]) {
-    /// Outputs whose sums one row keeps in registers (enough independent sums that none waits
-    /// on its own last step).
-    const WIDE: usize = 128;
-    /// Outputs per tile when two rows share the weights.
-    const TILE: usize = 64;
-    /// Rows of a narrow layer (a head's few outputs) summed side by side.
-    const GROUP: usize = 8;
-    let mut o0 = 0;
-    if rows == 1 {
-        while o0 + WIDE <= d_out {
-            tile::<WIDE>(weight, d_in, d_out, &x[..d_in], &mut out[o0..o0 + WIDE], o0);
-            o0 += WIDE;
-        }
-    }
-    while o0 + TILE <= d_out {
-        let mut r = 0;
-        while r + 2 <= rows {
-            let (x0, x1) = (
-                &x[r * d_in..(r + 1) * d_in],
-                &x[(r + 1) * d_in..(r + 2) * d_in],
-            );
-            let (head, tail) = out[r * d_out..(r + 2) * d_out].split_at_mut(d_out);
-            let mut a0: [f32; TILE] = head[o0..o0 + TILE].try_into().expect("a whole tile");
-            let mut a1: [f32; TILE] = tail[o0..o0 + TILE].try_into().expect("a whole tile");
-            for i in 0..d_in {
-                let (u, v) = (x0[i], x1[i]);
-                // Both inputs zero (ReLU's): nothing to add but zeros, whose sign no decision
-                // reads.
-                if u == 0.0 && v == 0.0 {
-                    continue;
-                }
-                let w: &[f32; TILE] = weight[i * d_out + o0..i * d_out + o0 + TILE]
-                    .try_into()
-                    .expect("a whole tile");
-                for k in 0..TILE {
-                    a0[k] += u * w[k];
-                    a1[k] += v * w[k];
-                }
-            }
-            head[o0..o0 + TILE].copy_from_slice(&a0);
-            tail[o0..o0 + TILE].copy_from_slice(&a1);
-            r += 2;
-        }
-        if r < rows {
-            let xr = &x[r * d_in..(r + 1) * d_in];
-            tile::<TILE>(
-                weight,
-                d_in,
-                d_out,
-                xr,
-                &mut out[r * d_out + o0..r * d_out + o0 + TILE],
-                o0,
-            );
-        }
-        o0 += TILE;
-    }
-    let rest = d_out - o0;
-    if rest == 0 {
-        return;
-    }
-    // The last outputs (a head's few): groups of rows advance together, each sum in registers.
-    let mut r0 = 0;
-    while r0 < rows {
-        let g = GROUP.min(rows - r0);
-        let mut acc = [[0f32; GROUP]; GROUP];
-        for (r, a) in acc.iter_mut().enumerate().take(g) {
-            let row = &out[(r0 + r) * d_out + o0..(r0 + r + 1) * d_out];
-            for (k, v) in row.iter().enumerate().take(GROUP) {
-                a[k] = *v;
-            }
-        }
-        if rest <= GROUP {
-            for i in 0..d_in {
-                let w = &weight[i * d_out + o0..(i + 1) * d_out];
-                for (r, a) in acc.iter_mut().enumerate().take(g) {
-                    let u = x[(r0 + r) * d_in + i];
-                    for (k, wk) in w.iter().enumerate() {
-                        a[k] += u * wk;
-                    }
-                }
-            }
-            for (r, a) in acc.iter().enumerate().take(g) {
-                out[(r0 + r) * d_out + o0..(r0 + r + 1) * d_out].copy_from_slice(&a[..rest]);
-            }
-        } else {
-            for r in r0..r0 + g {
-                for i in 0..d_in {
-                    let u = x[r * d_in + i];
-                    let w = &weight[i * d_out + o0..(i + 1) * d_out];
-                    for (o, wk) in out[r * d_out + o0..(r + 1) * d_out].iter_mut().zip(w) {
-                        *o += u * wk;
-                    }
-                }
-            }
-        }
-        r0 += g;
-    }
-}
-
-/// One row's `N` outputs from `o0` on, their sums kept in registers across the inputs.
-#[inline(always)]
-fn tile<const N: usize>(
+fn dense_rows(
     weight: &[f32],
     d_in: usize,
     d_out: usize,
-    xr: &[f32],
-    dst: &mut [f32],
-    o0: usize,
+    x: &[f32],
+    rows: usize,
+    out: &mut [f32],
+    nonzero: &mut Vec<u32>,
 ) {
-    let mut a: [f32; N] = dst.try_into().expect("a whole tile");
-    for (i, &u) in xr.iter().enumerate().take(d_in) {
-        if u == 0.0 {
-            continue;
+    nonzero.clear();
+    nonzero.resize(d_in, 0);
+    for (xr, yr) in x
+        .chunks_exact(d_in)
+        .zip(out.chunks_exact_mut(d_out))
+        .take(rows)
+    {
+        let mut n = 0;
+        for (i, &u) in xr.iter().enumerate() {
+            nonzero[n] = i as u32;
+            n += usize::from(u != 0.0);
         }
-        let w: &[f32; N] = weight[i * d_out + o0..i * d_out + o0 + N]
-            .try_into()
-            .expect("a whole tile");
-        for k in 0..N {
-            a[k] += u * w[k];
+        let list = &nonzero[..n];
+        let mut o0 = 0;
+        o0 = tiles::<128>(weight, d_out, xr, list, yr, o0);
+        o0 = tiles::<64>(weight, d_out, xr, list, yr, o0);
+        o0 = tiles::<32>(weight, d_out, xr, list, yr, o0);
+        o0 = tiles::<16>(weight, d_out, xr, list, yr, o0);
+        for (o, y) in yr.iter_mut().enumerate().skip(o0) {
+            let mut acc = *y;
+            for &i in list {
+                acc += xr[i as usize] * weight[i as usize * d_out + o];
+            }
+            *y = acc;
         }
     }
-    dst.copy_from_slice(&a);
+}
+
+/// Outputs `o0..` of one row in tiles of `N` while whole tiles fit: each tile's sums in
+/// registers over the listed inputs. Returns the first output left.
+#[inline(always)]
+fn tiles<const N: usize>(
+    weight: &[f32],
+    d_out: usize,
+    xr: &[f32],
+    list: &[u32],
+    yr: &mut [f32],
+    mut o0: usize,
+) -> usize {
+    while o0 + N <= d_out {
+        let dst = &mut yr[o0..o0 + N];
+        let mut a: [f32; N] = (&*dst).try_into().expect("a whole tile");
+        for &i in list {
+            let i = i as usize;
+            let u = xr[i];
+            let w: &[f32; N] = weight[i * d_out + o0..i * d_out + o0 + N]
+                .try_into()
+                .expect("a whole tile");
+            for k in 0..N {
+                a[k] += u * w[k];
+            }
+        }
+        dst.copy_from_slice(&a);
+        o0 += N;
+    }
+    o0
 }
 
 /// The Q-network's forward pass on the host for one observation at a time, from a snapshot of
@@ -363,6 +377,8 @@ pub struct HostQNetwork {
     activation: Activation,
     a: Vec<f32>,
     b: Vec<f32>,
+    /// Scratch of [`dense_rows`].
+    nonzero: Vec<u32>,
 }
 
 /// Layer norm of one row in place: population variance, eps 1e-5, as burn (sums in order).
@@ -465,7 +481,7 @@ impl HostQNetwork {
         a.clear();
         a.extend_from_slice(&obs[..rows * self.obs_dim()]);
         for (i, layer) in self.hidden.iter().enumerate() {
-            layer.forward_rows(&a, rows, &mut b);
+            layer.forward_rows(&a, rows, &mut b, &mut self.nonzero);
             for row in b.chunks_exact_mut(layer.d_out) {
                 if let Some((gamma, beta)) = self.norms.get(i) {
                     normalize(row, gamma, beta.as_deref());
@@ -475,10 +491,10 @@ impl HostQNetwork {
             std::mem::swap(&mut a, &mut b);
         }
         let n = self.head.d_out;
-        self.head.forward_rows(&a, rows, &mut b);
+        self.head.forward_rows(&a, rows, &mut b, &mut self.nonzero);
         let mut val = Vec::new();
         if let Some(v) = &self.value {
-            v.forward_rows(&a, rows, &mut val);
+            v.forward_rows(&a, rows, &mut val, &mut self.nonzero);
         }
         for (r, q) in b.chunks_exact_mut(n).enumerate() {
             if self.value.is_some() {
@@ -543,6 +559,7 @@ impl HostQNetwork {
             activation: cfg.activation,
             a: Vec::new(),
             b: Vec::new(),
+            nonzero: Vec::new(),
         }
     }
 }
@@ -569,6 +586,7 @@ impl<B: Backend> QNetwork<B> {
             activation: self.activation,
             a: Vec::new(),
             b: Vec::new(),
+            nonzero: Vec::new(),
         }
     }
 }
@@ -582,7 +600,14 @@ mod tests {
     /// inputs that are zero in some rows (ReLU's) and in all.
     #[test]
     fn rows_at_once_sum_as_one_row_at_a_time() {
-        let (d_in, d_out) = (37, 64 + 64 + 13);
+        // Every tile width (128, 64, 32, 16) and a remainder; a head's narrow layer.
+        for d_out in [128 + 64 + 32 + 16 + 13, 3] {
+            rows_at_once_sum_as_one_row_at_a_time_for(d_out);
+        }
+    }
+
+    fn rows_at_once_sum_as_one_row_at_a_time_for(d_out: usize) {
+        let d_in = 37;
         let weight: Vec<f32> = (0..d_in * d_out)
             .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 0.3)
             .collect();
@@ -601,7 +626,7 @@ mod tests {
                 })
                 .collect();
             let mut all = Vec::new();
-            layer.forward_rows(&x, rows, &mut all);
+            layer.forward_rows(&x, rows, &mut all, &mut Vec::new());
             let mut one = Vec::new();
             for r in 0..rows {
                 layer.forward(&x[r * d_in..(r + 1) * d_in], &mut one);
