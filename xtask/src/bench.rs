@@ -669,7 +669,7 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
 /// the agent a CPU run of the profile configuration keeps as best: the bar-by-bar backtest as
 /// before, the host's rewrite, and (cuda) the device's decisions, side by side in one run, each
 /// checked to decide and book the same.
-pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
+pub fn eval(root: &Path, device: &str, reps: usize, chunks: &[usize]) -> Result<()> {
     use foxhunt_dqn::model::HostQNetwork;
     use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};
     use foxhunt_trainer::eval::{BarByBar, book, host_targets};
@@ -686,7 +686,7 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
         &train.windows.config()?.expect("profile windows"),
     )?;
     println!(
-        "{:<7} {:>6} {:>9} {:>7} {:>7} {:>14} {:>12} {:>12} {:>12} {:>14}",
+        "{:<7} {:>6} {:>9} {:>7} {:>7} {:>14} {:>12} {:>9} {:>12}",
         "window",
         "bars",
         "agent",
@@ -694,9 +694,8 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
         "trades",
         "bar by bar us",
         "host us",
+        "speed-up",
         "booking us",
-        "device us",
-        "device+book us"
     );
     for w in &plan.windows {
         let Some(best) = report
@@ -736,8 +735,7 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
                     .collect();
                 summarize(&mut us).0
             };
-            let mut old = None;
-            let old_us = time(&mut || {
+            let old = || {
                 let mut p = BarByBar::new(net.clone(), &cfg.env);
                 let r = foxhunt_env::backtest(
                     &market,
@@ -748,25 +746,43 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
                     &mut p,
                 )
                 .expect("backtest");
-                old = Some((p.decided, r));
-            });
-            let (decided, want) = old.expect("ran");
-            let mut new = None;
-            let host_us = time(&mut || {
+                (p.decided, r)
+            };
+            let new = || {
                 let t = host_targets(&net, &market, &exec, &cfg.env, split.clone());
-                new = Some(book(&t, &market, &exec, &cfg, split.clone()).expect("book"));
-            });
+                book(&t, &market, &exec, &cfg, split.clone()).expect("book")
+            };
+            let (decided, want) = old();
             anyhow::ensure!(
-                new.expect("ran").metrics == want.metrics,
+                new().metrics == want.metrics,
                 "{name}: the host rewrite books other metrics"
             );
+            // The two in turn, rep by rep, so that the machine's moods fall on both alike.
+            let (mut old_us, mut host_us) = (Vec::new(), Vec::new());
+            for _ in 0..reps {
+                let t0 = Instant::now();
+                std::hint::black_box(old());
+                old_us.push(t0.elapsed().as_secs_f64() * 1e6);
+                let t0 = Instant::now();
+                std::hint::black_box(new());
+                host_us.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            let (old_us, host_us) = (summarize(&mut old_us).0, summarize(&mut host_us).0);
             let in_position =
                 decided.iter().filter(|&&t| t != 0).count() as f64 / decided.len() as f64;
             let targets: Vec<i8> = decided.iter().map(|&t| t as i8).collect();
             let book_us = time(&mut || {
                 book(&targets, &market, &exec, &cfg, split.clone()).expect("book");
             });
-            let (dev_us, dev_book_us) = if device == "cuda" {
+            println!(
+                "{:<7} {:>6} {name:>9} {:>6.1}% {:>7} {old_us:>14.1} {host_us:>12.1} {:>8.1}x {book_us:>12.1}",
+                w.index,
+                split.len(),
+                in_position * 100.0,
+                want.metrics.trades,
+                old_us / host_us,
+            );
+            if device == "cuda" {
                 device_eval(
                     &market,
                     &exec,
@@ -777,28 +793,27 @@ pub fn eval(root: &Path, device: &str, reps: usize) -> Result<()> {
                     &decided,
                     &want,
                     reps,
-                )?
-            } else {
-                (f64::NAN, f64::NAN)
-            };
-            println!(
-                "{:<7} {:>6} {name:>9} {:>6.1}% {:>7} {old_us:>14.1} {host_us:>12.1} {book_us:>12.1} {dev_us:>12.1} {dev_book_us:>14.1}",
-                w.index,
-                split.len(),
-                in_position * 100.0,
-                want.metrics.trades,
-            );
+                    chunks,
+                )?;
+            }
         }
     }
     println!(
-        "bar by bar: one forward per bar inside the backtest (before); host: decisions with sessions on {} threads, up to 16 bars per forward pass, then the backtest's booking of them; booking: that booking alone; device: the decisions on the GPU (eval_flat + eval_scan, read back), and with the host's booking",
+        "bar by bar: one forward per bar inside the backtest (before); host: decisions with sessions on {} threads, several bars per forward pass, then the backtest's booking of them; booking: that booking alone",
         rayon::current_num_threads()
     );
+    if device == "cuda" {
+        println!(
+            "device: decide = eval_flat + eval_chunks + eval_stitch, decisions read back; judge = decided and booked on the device, metrics read back (what an epoch's validation costs); + host booking = decisions read back and booked by the host; chain = the equity summed as one chain even where the parallel sum is exact"
+        );
+    }
     Ok(())
 }
 
-/// The device's decisions of `agent` over `split`: median microseconds to decide (read back
-/// included) and to decide and book; checked against the bar-by-bar decisions and metrics.
+/// The device's decisions and metrics of `agent` over `split`, for each walk chunk size in
+/// `chunks`: median microseconds to decide (read back included), to judge (decide and book on
+/// the device, metrics read back), to judge with the equity as one chain, and to decide and book
+/// on the host; each checked against the bar-by-bar decisions and metrics.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 fn device_eval(
@@ -811,7 +826,8 @@ fn device_eval(
     decided: &[i32],
     want: &foxhunt_env::BacktestReport,
     reps: usize,
-) -> Result<(f64, f64)> {
+    chunks: &[usize],
+) -> Result<()> {
     use foxhunt_gpu::GpuContext;
     use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, WindowData};
     let ctx = GpuContext::new(0)?;
@@ -830,29 +846,66 @@ fn device_eval(
         obs_dim: agent_cfg.obs_dim,
         max_width,
     };
-    let targets = ev.targets(&net, split.clone())?;
-    anyhow::ensure!(
-        targets
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?;
+        let mut us = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            f()?;
+            us.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(summarize(&mut us).0)
+    };
+    for &chunk in chunks {
+        ev.set_chunk_bars(chunk);
+        let targets = ev.targets(&net, split.clone())?;
+        anyhow::ensure!(
+            targets
+                .iter()
+                .zip(decided)
+                .all(|(&a, &b)| i32::from(a) == b),
+            "chunks of {chunk}: the device decides otherwise than bar by bar"
+        );
+        let judged = ev.judge(&net, split.clone(), cfg.capital)?;
+        anyhow::ensure!(
+            format!("{judged:?}") == format!("{:?}", want.metrics),
+            "chunks of {chunk}: the device books other metrics"
+        );
+        let decide = time(&mut || Ok(ev.targets(&net, split.clone()).map(|_| ())?))?;
+        let judge = time(&mut || Ok(ev.judge(&net, split.clone(), cfg.capital).map(|_| ())?))?;
+        ev.set_chain_only(true);
+        let chain = time(&mut || Ok(ev.judge(&net, split.clone(), cfg.capital).map(|_| ())?))?;
+        ev.set_chain_only(false);
+        let host_book = time(&mut || {
+            let t = ev.targets(&net, split.clone())?;
+            foxhunt_trainer::eval::book(&t, market, exec, cfg, split.clone())?;
+            Ok(())
+        })?;
+        // Where a judgement's time goes: device timestamps between its kernels, median of reps.
+        ev.set_kernel_timing(true);
+        let mut per_kernel: Vec<Vec<f64>> = Vec::new();
+        for _ in 0..reps {
+            ev.judge(&net, split.clone(), cfg.capital)?;
+            for (k, ms) in ev.kernel_ms()?.into_iter().enumerate() {
+                if per_kernel.len() <= k {
+                    per_kernel.push(Vec::new());
+                }
+                per_kernel[k].push(ms * 1e3);
+            }
+        }
+        ev.set_kernel_timing(false);
+        let kernels: Vec<String> = ["flat", "chunks", "stitch", "book sessions", "book total"]
             .iter()
-            .zip(decided)
-            .all(|(&a, &b)| i32::from(a) == b),
-        "the device decides otherwise than bar by bar"
-    );
-    let booked = foxhunt_trainer::eval::book(&targets, market, exec, cfg, split.clone())?;
-    anyhow::ensure!(
-        booked.metrics == want.metrics,
-        "the device's decisions book other metrics"
-    );
-    let mut decide = Vec::new();
-    let mut both = Vec::new();
-    for _ in 0..reps {
-        let t0 = Instant::now();
-        let t = ev.targets(&net, split.clone())?;
-        decide.push(t0.elapsed().as_secs_f64() * 1e6);
-        foxhunt_trainer::eval::book(&t, market, exec, cfg, split.clone())?;
-        both.push(t0.elapsed().as_secs_f64() * 1e6);
+            .zip(&mut per_kernel)
+            .map(|(name, us)| format!("{name} {:.1}", summarize(us).0))
+            .collect();
+        println!(
+            "  device, chunks of {chunk:>4}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
+            kernels.join(", ")
+        );
     }
-    Ok((summarize(&mut decide).0, summarize(&mut both).0))
+    ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
+    Ok(())
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -867,6 +920,7 @@ fn device_eval(
     _: &[i32],
     _: &foxhunt_env::BacktestReport,
     _: usize,
-) -> Result<(f64, f64)> {
+    _: &[usize],
+) -> Result<()> {
     anyhow::bail!("bench eval --device cuda needs xtask built with --features cuda")
 }

@@ -101,6 +101,9 @@ enum Bench {
         /// Repetitions (the median is reported).
         #[arg(long, default_value_t = 21)]
         reps: usize,
+        /// Chunk sizes of the device's walk to time side by side (cuda).
+        #[arg(long, value_delimiter = ',', default_value = "64")]
+        chunks: Vec<usize>,
     },
     /// Microseconds per DQN train_step at batch 64 and 1024.
     Dqn {
@@ -198,8 +201,13 @@ fn main() -> Result<()> {
             what: Bench::Dqn { device, updates },
         } => bench::dqn(&root, &device, updates),
         Command::Bench {
-            what: Bench::Eval { device, reps },
-        } => bench::eval(&root, &device, reps),
+            what:
+                Bench::Eval {
+                    device,
+                    reps,
+                    chunks,
+                },
+        } => bench::eval(&root, &device, reps, &chunks),
         #[cfg(feature = "cuda")]
         Command::Bench {
             what: Bench::GpuEnv { envs, steps, reps },

@@ -63,6 +63,7 @@ struct Trans {
     double hold_pnl;
     double bar_pnl;
     double cost;
+    u32 traded;
     bool terminal;
     bool has_fill;
     double fill;
@@ -76,7 +77,8 @@ __device__ __forceinline__ Trans transition(const Market& m, const Exec& x, u32 
     tr.hold_pnl = 0.0; tr.bar_pnl = 0.0; tr.has_fill = false; tr.fill = 0.0;
     if (last) {
         u32 traded = (u32)abs(position);
-        tr.next_t = t; tr.position = 0; tr.cost = (double)traded * x.cost_per_side; tr.terminal = true;
+        tr.next_t = t; tr.position = 0; tr.cost = (double)traded * x.cost_per_side; tr.traded = traded;
+        tr.terminal = true;
     } else {
         double o = m.open[t + 1], ct = m.close[t], cn = m.close[t + 1];
         u32 traded = (u32)abs(target - position);
@@ -89,6 +91,7 @@ __device__ __forceinline__ Trans transition(const Market& m, const Exec& x, u32 
         tr.hold_pnl = (double)position * (o - ct) * x.multiplier;
         tr.bar_pnl = (double)target * (cn - o) * x.multiplier;
         tr.cost = (double)traded * x.cost_per_side;
+        tr.traded = traded;
         tr.terminal = false;
     }
     return tr;

@@ -1,26 +1,51 @@
 // foxhunt device evaluation: the greedy policy of a dense Q-network backtested over a split,
 // deciding at every bar exactly what the host decides (foxhunt-dqn's HostQNetwork::greedy inside
-// foxhunt-env's backtest). Needs env_step.cu (Market, Exec, transition, next_entry) in the module.
+// foxhunt-env's backtest), and the backtest's metrics booked as the host books them. Needs
+// env.cuh (Market, Exec, transition, next_entry, observe) in the module.
 //
-// Exactness: each output of a dense layer is one thread's sum in the host's order (bias first,
-// then the inputs in order), layer norm's sums run in order on one thread, and the module is
-// compiled with --fmad=false, so every product and sum rounds alone as on the host. Only ReLU
-// is evaluated here (the host's tanh and GELU are library functions the device does not share);
-// the caller falls back to the host for the others.
+// Exactness. Each output of a dense layer is one thread's (or lane's) sum in the host's order
+// (bias first, then the inputs in order), layer norm's sums run in order on one thread, and the
+// module is compiled with --fmad=false, so every product and sum rounds alone as on the host.
+// Where the host passes over a zero input and the device multiplies it (or the other way round),
+// the sum gains or loses only zeros: it can differ at most in a zero's sign, which no comparison
+// reads. Only ReLU is evaluated here (the host's tanh and GELU are library functions the device
+// does not share); the caller falls back to the host for the others.
 //
-// Two kernels. eval_flat decides, for every bar of the split, what a flat trader (position 0,
-// no unrealized PnL) would do: bars in parallel. eval_scan walks each session on one block
-// (flatten-at-close makes sessions independent: each starts flat), taking flat decisions from
-// eval_flat and, while a position is held, deciding up to `spec` bars at once on the guess that
-// the position is held: the guess is checked bar by bar and the walk stops at the first bar where
-// the decision trades, so every decision used is the one the host makes in that state.
+// Deciding. The policy is sequential in the state (position, entry price) it holds, but it is a
+// function of (bar, position, entry) alone, and under flatten-at-close every session starts flat.
+// Three kernels:
+// - eval_flat: every bar's decision in the flat state (bars in parallel, a warp R bars);
+// - eval_chunks: every chunk of a session (a few dozen bars) walked by a small block as if it
+//   began flat, recording the walk's state before every bar; flat stretches are skipped through
+//   eval_flat's decisions, bars in a position are decided a few at a time on the guess that the
+//   position is held;
+// - eval_stitch: one block per session follows the true path; wherever its state equals a chunk
+//   walk's state at the same bar, the rest of that chunk is the walk's (the same state gives the
+//   same future); elsewhere it walks itself, many bars a network pass. Every decision used is the
+//   one the host makes in that state.
+//
+// Booking (book_sessions, book_total). A bar's step depends only on the position before it and
+// the decision, so every bar's PnL is computed in parallel; the host's sums are sequential chains
+// and are kept as chains: a day's PnL and each trade's PnL within a session (a warp a session),
+// the costs and the equity curve over the split (one block). The split's chains run in parallel
+// only where that is exact: when every term is a whole multiple of one power of two and the sum
+// of their magnitudes is below 2^52 of it, every partial sum is representable, so every order of
+// adding gives the host's bits (ES, NQ: prices on a quarter-point grid, costs such as 2.50 a side).
 
-// The network description (u64 words), written by the host (foxhunt-dqn's QNetLayout):
+// The network description (u64 words), written by the host (foxhunt-dqn's layout_words):
 // [0] hidden layers L, [1] actions, [2] obs_dim, [3] layer norm (0/1), [4] dueling (0/1), then
 // per hidden layer: weight offset, bias offset, d_in, d_out, norm scale offset, norm shift offset;
 // then the head: weight offset, bias offset, d_in, d_out; then the value head (dueling) likewise.
 #define NET_HEADER 5
 #define NET_LAYER 6
+// Rows a warp decides at once (eval_flat's batch, the walkers' and the stitch's guesses).
+#define EVAL_R 4
+// A lane's outputs of one dense pass: d_out up to 32 * EVAL_KMAX per pass.
+#define EVAL_KMAX 8
+// Threads of an evaluation block at most (the register budget: 128 a thread).
+#define EVAL_THREADS_MAX 512
+// Bars a walking block decides in one network pass at most.
+#define EVAL_WALK_ROWS 32
 
 struct Net {
     const float* p;
@@ -28,7 +53,6 @@ struct Net {
 };
 
 __device__ __forceinline__ u32 net_hidden(const Net& n) { return (u32)n.w[0]; }
-__device__ __forceinline__ u32 net_actions(const Net& n) { return (u32)n.w[1]; }
 __device__ __forceinline__ u32 net_obs_dim(const Net& n) { return (u32)n.w[2]; }
 __device__ __forceinline__ const unsigned long long* net_layer(const Net& n, u32 l) {
     return n.w + NET_HEADER + (u64)l * NET_LAYER;
@@ -37,109 +61,186 @@ __device__ __forceinline__ const unsigned long long* net_head(const Net& n) {
     return n.w + NET_HEADER + (u64)net_hidden(n) * NET_LAYER;
 }
 
-// y[b][o] = bias[o] + sum_i x[b][i] * W[i][o] for b < rows, o < d_out (x rows of stride d_in,
-// y rows of stride d_out), the host's order. A thread takes one output column for up to four rows
-// at a time (every blockDim / d_out-th row), so that each weight it loads serves them all and
-// their sums run side by side.
-__device__ void block_dense(const float* p, u64 w_off, u64 b_off, u32 d_in, u32 d_out,
-                            const float* x, float* y, u32 rows) {
+// y[r][o] = bias[o] + sum_i x[r][i] * W[i][o] for r < rows (<= R), o < d_out, by one warp: lane
+// takes outputs lane, lane + 32, ... (K of them per pass), each one sum in the host's order.
+template <int R, int K>
+__device__ __forceinline__ void warp_dense_wide(const float* p, u64 w_off, u64 b_off, u32 d_in,
+                                                u32 d_out, const float* x, float* y, u32 rows,
+                                                u32 lane) {
     const float* w = p + w_off;
     const float* bias = p + b_off;
-    const u32 groups = d_out >= blockDim.x ? 1 : blockDim.x / d_out;
-    for (u32 k = threadIdx.x; k < groups * d_out; k += blockDim.x) {
-        const u32 o = k % d_out, g = k / d_out;
-        for (u32 r0 = g; r0 < rows; r0 += 4 * groups) {
-            float acc[4];
+    for (u32 o0 = 0; o0 < d_out; o0 += 32 * K) {
+        float acc[R][K];
 #pragma unroll
-            for (u32 j = 0; j < 4; ++j) acc[j] = bias[o];
-            for (u32 i = 0; i < d_in; ++i) {
-                const float wv = w[(u64)i * d_out + o];
+        for (int k = 0; k < K; ++k) {
+            u32 o = o0 + lane + 32 * k;
+            float b = o < d_out ? bias[o] : 0.0f;
 #pragma unroll
-                for (u32 j = 0; j < 4; ++j) {
-                    const u32 r = r0 + j * groups;
-                    if (r < rows) acc[j] = acc[j] + x[(u64)r * d_in + i] * wv;
+            for (int r = 0; r < R; ++r) acc[r][k] = b;
+        }
+#pragma unroll 4
+        for (u32 i = 0; i < d_in; ++i) {
+            float xv[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) xv[r] = (u32)r < rows ? x[(u64)r * d_in + i] : 0.0f;
+            const float* wr = w + (u64)i * d_out + o0 + lane;
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                if (o0 + lane + 32 * k < d_out) {
+                    float wv = wr[32 * k];
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r][k] = acc[r][k] + xv[r] * wv;
                 }
             }
+        }
 #pragma unroll
-            for (u32 j = 0; j < 4; ++j) {
-                const u32 r = r0 + j * groups;
-                if (r < rows) y[(u64)r * d_out + o] = acc[j];
+        for (int k = 0; k < K; ++k) {
+            u32 o = o0 + lane + 32 * k;
+            if (o < d_out) {
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    if ((u32)r < rows) y[(u64)r * d_out + o] = acc[r][k];
             }
         }
     }
 }
 
-// Layer norm (when on) then ReLU over rows of width `width`, in place, as the host: mean and
-// variance summed in order on one thread per row (from -0.0, as Rust's f32 sum), then
+// The same for a narrow layer (a head's few outputs): a lane per (row, output).
+__device__ __forceinline__ void warp_dense_narrow(const float* p, u64 w_off, u64 b_off, u32 d_in,
+                                                  u32 d_out, const float* x, float* y, u32 rows,
+                                                  u32 lane) {
+    const float* w = p + w_off;
+    const float* bias = p + b_off;
+    for (u32 k = lane; k < rows * d_out; k += 32) {
+        u32 r = k / d_out, o = k % d_out;
+        const float* xr = x + (u64)r * d_in;
+        float acc = bias[o];
+        for (u32 i = 0; i < d_in; ++i) {
+            float xv = xr[i];
+            if (xv != 0.0f) acc = acc + xv * w[(u64)i * d_out + o];
+        }
+        y[(u64)r * d_out + o] = acc;
+    }
+}
+
+template <int R>
+__device__ __forceinline__ void warp_dense(const float* p, u64 w_off, u64 b_off, u32 d_in,
+                                           u32 d_out, const float* x, float* y, u32 rows,
+                                           u32 lane) {
+    if (d_out * rows <= 32 || d_out < 16)
+        warp_dense_narrow(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+    else if (d_out <= 32)
+        warp_dense_wide<R, 1>(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+    else if (d_out <= 64)
+        warp_dense_wide<R, 2>(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+    else if (d_out <= 128)
+        warp_dense_wide<R, 4>(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+    else
+        // Two rows at a time: four rows of EVAL_KMAX sums each would not stay in registers.
+        for (u32 r0 = 0; r0 < rows; r0 += 2)
+            warp_dense_wide<2, EVAL_KMAX>(p, w_off, b_off, d_in, d_out, x + (u64)r0 * d_in,
+                                          y + (u64)r0 * d_out, min(2u, rows - r0), lane);
+}
+
+// Layer norm (when on) then ReLU over `rows` rows of width `width`, in place, as the host: mean
+// and variance summed in order by one lane per row (from -0.0, as Rust's f32 sum), then
 // ((v - mean) * inv) * gamma + beta, then max(v, 0).
-__device__ void block_post(const float* p, int use_norm, u64 g_off, u64 b_off, float* y, u32 rows,
-                           u32 width, float* row_mean, float* row_inv) {
+__device__ __forceinline__ void warp_post(const float* p, int use_norm, u64 g_off, u64 b_off,
+                                          float* y, u32 rows, u32 width, float* stat, u32 lane) {
     if (use_norm) {
-        for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
-            const float* yr = y + (u64)r * width;
+        if (lane < rows) {
+            const float* yr = y + (u64)lane * width;
             float n = (float)width;
             float s = -0.0f;
             for (u32 j = 0; j < width; ++j) s = s + yr[j];
             float mean = s / n;
             float v = -0.0f;
-            for (u32 j = 0; j < width; ++j) { float d = yr[j] - mean; v = v + d * d; }
+            for (u32 j = 0; j < width; ++j) {
+                float d = yr[j] - mean;
+                v = v + d * d;
+            }
             v = v / n;
-            row_mean[r] = mean;
-            row_inv[r] = 1.0f / sqrtf(v + 1e-5f);
+            stat[2 * lane] = mean;
+            stat[2 * lane + 1] = 1.0f / sqrtf(v + 1e-5f);
         }
-        __syncthreads();
+        __syncwarp();
         const float* gamma = p + g_off;
         const float* beta = p + b_off;
-        for (u32 k = threadIdx.x; k < rows * width; k += blockDim.x) {
+        for (u32 k = lane; k < rows * width; k += 32) {
             u32 r = k / width, j = k % width;
-            y[k] = (y[k] - row_mean[r]) * row_inv[r] * gamma[j] + beta[j];
+            y[k] = fmaxf((y[k] - stat[2 * r]) * stat[2 * r + 1] * gamma[j] + beta[j], 0.0f);
         }
-        __syncthreads();
+    } else {
+        for (u32 k = lane; k < rows * width; k += 32) y[k] = fmaxf(y[k], 0.0f);
     }
-    for (u32 k = threadIdx.x; k < rows * width; k += blockDim.x) y[k] = fmaxf(y[k], 0.0f);
-    __syncthreads();
+    __syncwarp();
 }
 
-// The greedy actions of `rows` observations in `x` (rows x obs_dim) into act[rows]. `a` and `b`
-// are scratch rows x max_width each; `stat` 2 x rows. The whole block calls it.
-__device__ void block_greedy(const Net& n, float* x, float* a, float* b, float* stat, u32 rows,
-                             int* act) {
+// A warp's scratch: R observations, two sets of R rows of the widest layer, statistics, actions.
+struct WarpScratch {
+    float* x;
+    float* a;
+    float* b;
+    float* stat;
+    int* act;
+};
+
+// Floats of one warp's scratch.
+__device__ __forceinline__ u32 scratch_floats(u32 dim, u32 max_width) {
+    return EVAL_R * dim + 2 * EVAL_R * max_width + 2 * EVAL_R + EVAL_R;
+}
+
+__device__ __forceinline__ WarpScratch warp_scratch(float* base, u32 warp, u32 dim, u32 max_width) {
+    WarpScratch s;
+    s.x = base + (u64)warp * scratch_floats(dim, max_width);
+    s.a = s.x + EVAL_R * dim;
+    s.b = s.a + EVAL_R * max_width;
+    s.stat = s.b + EVAL_R * max_width;
+    s.act = (int*)(s.stat + 2 * EVAL_R);
+    return s;
+}
+
+// The greedy actions of the `rows` (<= R) observations in s.x into s.act, by one warp.
+template <int R>
+__device__ __forceinline__ void warp_greedy(const Net& n, const WarpScratch& s, u32 rows, u32 lane) {
     u32 L = net_hidden(n);
     int use_norm = (int)n.w[3];
-    const float* in = x;
-    float* out = a;
+    const float* in = s.x;
+    float* out = s.a;
     for (u32 l = 0; l < L; ++l) {
         const unsigned long long* d = net_layer(n, l);
-        block_dense(n.p, d[0], d[1], (u32)d[2], (u32)d[3], in, out, rows);
-        __syncthreads();
-        block_post(n.p, use_norm, d[4], d[5], out, rows, (u32)d[3], stat, stat + rows);
+        warp_dense<R>(n.p, d[0], d[1], (u32)d[2], (u32)d[3], in, out, rows, lane);
+        __syncwarp();
+        warp_post(n.p, use_norm, d[4], d[5], out, rows, (u32)d[3], s.stat, lane);
         in = out;
-        out = (out == a) ? b : a;
+        out = (out == s.a) ? s.b : s.a;
     }
     const unsigned long long* h = net_head(n);
     u32 actions = (u32)h[3];
-    // The Q (or advantage) head into `out`; the value head after it.
-    block_dense(n.p, h[0], h[1], (u32)h[2], actions, in, out, rows);
+    // The Q (or advantage) head into `out`, the value head after it.
+    warp_dense_narrow(n.p, h[0], h[1], (u32)h[2], actions, in, out, rows, lane);
     int dueling = (int)n.w[4];
     if (dueling) {
         const unsigned long long* v = h + 4;
-        block_dense(n.p, v[0], v[1], (u32)v[2], 1, in, out + (u64)rows * actions, rows);
+        warp_dense_narrow(n.p, v[0], v[1], (u32)v[2], 1, in, out + (u64)rows * actions, rows,
+                          lane);
     }
-    __syncthreads();
-    for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
-        float* q = out + (u64)r * actions;
+    __syncwarp();
+    if (lane < rows) {
+        float* q = out + (u64)lane * actions;
         if (dueling) {
-            float val = out[(u64)rows * actions + r];
-            float s = -0.0f;
-            for (u32 j = 0; j < actions; ++j) s = s + q[j];
-            float mean = s / (float)actions;
+            float val = out[(u64)rows * actions + lane];
+            float sum = -0.0f;
+            for (u32 j = 0; j < actions; ++j) sum = sum + q[j];
+            float mean = sum / (float)actions;
             for (u32 j = 0; j < actions; ++j) q[j] = val + q[j] - mean;
         }
         u32 best = 0;
-        for (u32 j = 1; j < actions; ++j) if (q[j] > q[best]) best = j;
-        act[r] = (int)best;
+        for (u32 j = 1; j < actions; ++j)
+            if (q[j] > q[best]) best = j;
+        s.act[lane] = (int)best;
     }
-    __syncthreads();
+    __syncwarp();
 }
 
 // The host's EnvConfig::target: action a means a - max_position contracts.
@@ -148,128 +249,725 @@ __device__ __forceinline__ int action_target(int a, int max_position) {
     return (a < amax ? a : amax) - max_position;
 }
 
-#define EVAL_PARAMS                                                                                  \
-    const float* features, const double* open, const double* close, const u32* session,              \
-        const u32* contract, u32 cols, u32 lookback, int max_position, float upnl_scale,             \
-        double tick_size, const float* params, const unsigned long long* net, u32 max_width,         \
-        u32 rows_per_round
-
-// Dynamic shared memory of both kernels: obs rows x obs_dim, two rows x max_width scratch rows,
-// 2 x rows statistics, rows actions (ints).
-
-// Flat decisions of bars [split_start, split_end): flat_target[t - split_start]. One block per
-// rows_per_round bars.
-extern "C" __global__ void __launch_bounds__(1024) eval_flat(EVAL_PARAMS, u32 split_start, u32 split_end,
-                                     signed char* flat_target) {
-    extern __shared__ float sh[];
-    Market m = {features, open, close, session, contract, cols};
-    Net n = {params, net};
-    u32 R = rows_per_round;
-    u32 dim = net_obs_dim(n);
-    float* x = sh;
-    float* a = x + (u64)R * dim;
-    float* b = a + (u64)R * max_width;
-    float* stat = b + (u64)R * max_width;
-    int* act = (int*)(stat + 2 * R);
-    u32 first = split_start + blockIdx.x * R;
-    if (first >= split_end) return;
-    u32 rows = min(R, split_end - first);
-    for (u32 r = 0; r < rows; ++r)
-        observe(m, lookback, max_position, upnl_scale, tick_size, first + r, 0, 0.0,
-                x + (u64)r * dim, threadIdx.x, blockDim.x);
-    __syncthreads();
-    block_greedy(n, x, a, b, stat, rows, act);
-    for (u32 r = threadIdx.x; r < rows; r += blockDim.x)
-        flat_target[first + r - split_start] = (signed char)action_target(act[r], max_position);
+__device__ __forceinline__ bool same_state(int pos_a, double entry_a, int pos_b, double entry_b) {
+    return pos_a == pos_b && __double_as_longlong(entry_a) == __double_as_longlong(entry_b);
 }
 
-// The decisions of every bar of each session: session s is bars [sess_start[s], sess_end[s]).
-// One block per session; targets[t - split_start]. Within a session (flatten-at-close), a bar is
-// the session's last, and so terminal, exactly when it is the run's last, so the walk needs the
-// market only for a trade's fill; a flat bar whose flat decision is 0 changes nothing, so flat
-// stretches are skipped by the block at once.
-extern "C" __global__ void __launch_bounds__(1024) eval_scan(EVAL_PARAMS, u32 split_start, u32 split_end,
-                                     double multiplier, double cost_per_side, double slippage_price,
-                                     const u32* sess_start, const u32* sess_end, u32 n_sessions,
-                                     const signed char* flat_target, signed char* targets) {
-    extern __shared__ float sh[];
-    __shared__ u32 s_t, s_rows, s_next;
-    __shared__ int s_pos;
-    __shared__ double s_entry;
-    u32 s = blockIdx.x;
-    if (s >= n_sessions) return;
-    Market m = {features, open, close, session, contract, cols};
-    Exec xc = {multiplier, cost_per_side, slippage_price};
+#define EVAL_PARAMS                                                                                \
+    const float *features, const double *open, const double *close, const u32 *session,            \
+        const u32 *contract, u32 cols, u32 lookback, int max_position, float upnl_scale,           \
+        double tick_size, const float *params, const unsigned long long *net, u32 n_params,        \
+        u32 params_shared, u32 max_width
+
+// Every evaluation kernel's dynamic shared memory: the parameters (when params_shared) and then
+// each warp's scratch. Returns the network to read and the first scratch float.
+__device__ __forceinline__ Net eval_prologue(float* sh, const float* params,
+                                             const unsigned long long* net, u32 n_params,
+                                             u32 params_shared, float** scratch) {
     Net n = {params, net};
-    u32 R = rows_per_round;
+    if (params_shared) {
+        for (u32 k = threadIdx.x; k < n_params; k += blockDim.x) sh[k] = params[k];
+        __syncthreads();
+        n.p = sh;
+        // Scratch 16-byte aligned after the parameters.
+        *scratch = sh + ((n_params + 3) & ~3u);
+    } else {
+        *scratch = sh;
+    }
+    return n;
+}
+
+// Decisions of bars [split_start, split_end) in the flat state: flat_target[t - split_start].
+// Warps take EVAL_R bars at a time, striding over the grid.
+extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
+    eval_flat(EVAL_PARAMS, u32 split_start, u32 split_end, signed char* flat_target) {
+    extern __shared__ float sh[];
+    float* scratch;
+    Net n = eval_prologue(sh, params, net, n_params, params_shared, &scratch);
+    Market m = {features, open, close, session, contract, cols};
+    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u32 dim = net_obs_dim(n);
-    float* x = sh;
-    float* a = x + (u64)R * dim;
-    float* b = a + (u64)R * max_width;
-    float* stat = b + (u64)R * max_width;
-    int* act = (int*)(stat + 2 * R);
-    u32 end = sess_end[s];
-    // Flat decisions are the targets wherever the walk is flat; the walk overwrites the rest.
-    for (u32 t = sess_start[s] + threadIdx.x; t < end; t += blockDim.x)
-        targets[t - split_start] = flat_target[t - split_start];
-    if (threadIdx.x == 0) { s_t = sess_start[s]; s_pos = 0; s_entry = 0.0; }
+    WarpScratch s = warp_scratch(scratch, warp, dim, max_width);
+    u32 warps = (gridDim.x * blockDim.x) >> 5;
+    for (u32 first = split_start + (blockIdx.x * (blockDim.x >> 5) + warp) * EVAL_R;
+         first < split_end; first += warps * EVAL_R) {
+        u32 rows = min((u32)EVAL_R, split_end - first);
+        for (u32 r = 0; r < rows; ++r)
+            observe(m, lookback, max_position, upnl_scale, tick_size, first + r, 0, 0.0,
+                    s.x + (u64)r * dim, lane, 32);
+        __syncwarp();
+        warp_greedy<EVAL_R>(n, s, rows, lane);
+        if (lane < rows)
+            flat_target[first + lane - split_start] =
+                (signed char)action_target(s.act[lane], max_position);
+        __syncwarp();
+    }
+}
+
+// ---- Walking: a block follows one path, a few bars a network pass ----
+
+// y[r][o] = bias[o] + sum_i x[r][i] * W[i][o] for r < rows, o < d_out, by the whole block: a
+// thread takes P (row, output) pairs side by side, each one sum in the host's order. Rounds of
+// a walk wait on this pass's latency, so every thread's chain is one output's, not more.
+template <int P>
+__device__ __forceinline__ void block_dense(const float* p, u64 w_off, u64 b_off, u32 d_in,
+                                            u32 d_out, const float* x, float* y, u32 rows) {
+    const float* w = p + w_off;
+    const float* bias = p + b_off;
+    const u32 n = rows * d_out, T = blockDim.x;
+    for (u32 k0 = threadIdx.x; k0 < n; k0 += P * T) {
+        float acc[P];
+        const float* xr[P];
+        u32 o[P];
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+            // A pair past the end repeats the first: summed, never stored.
+            u32 k = k0 + j * T < n ? k0 + j * T : k0;
+            o[j] = k % d_out;
+            xr[j] = x + (u64)(k / d_out) * d_in;
+            acc[j] = bias[o[j]];
+        }
+#pragma unroll 4
+        for (u32 i = 0; i < d_in; ++i) {
+#pragma unroll
+            for (int j = 0; j < P; ++j) acc[j] = acc[j] + xr[j][i] * w[(u64)i * d_out + o[j]];
+        }
+#pragma unroll
+        for (int j = 0; j < P; ++j)
+            if (k0 + j * T < n) y[k0 + j * T] = acc[j];
+    }
+}
+
+// Layer norm (when on) then ReLU over `rows` rows of width `width`, in place, as warp_post, by
+// the whole block.
+__device__ __forceinline__ void block_post(const float* p, int use_norm, u64 g_off, u64 b_off,
+                                           float* y, u32 rows, u32 width, float* stat) {
+    if (use_norm) {
+        for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
+            const float* yr = y + (u64)r * width;
+            float n = (float)width;
+            float s = -0.0f;
+            for (u32 j = 0; j < width; ++j) s = s + yr[j];
+            float mean = s / n;
+            float v = -0.0f;
+            for (u32 j = 0; j < width; ++j) {
+                float d = yr[j] - mean;
+                v = v + d * d;
+            }
+            v = v / n;
+            stat[2 * r] = mean;
+            stat[2 * r + 1] = 1.0f / sqrtf(v + 1e-5f);
+        }
+        __syncthreads();
+        const float* gamma = p + g_off;
+        const float* beta = p + b_off;
+        for (u32 k = threadIdx.x; k < rows * width; k += blockDim.x) {
+            u32 r = k / width, j = k % width;
+            y[k] = fmaxf((y[k] - stat[2 * r]) * stat[2 * r + 1] * gamma[j] + beta[j], 0.0f);
+        }
+    } else {
+        for (u32 k = threadIdx.x; k < rows * width; k += blockDim.x) y[k] = fmaxf(y[k], 0.0f);
+    }
+    __syncthreads();
+}
+
+// The greedy actions of the `rows` observations in s.x into s.act, by the whole block (s is
+// the block's scratch, laid out as a warp's with `rows` rows).
+template <int P>
+__device__ __forceinline__ void block_greedy(const Net& n, const WarpScratch& s, u32 rows) {
+    u32 L = net_hidden(n);
+    int use_norm = (int)n.w[3];
+    const float* in = s.x;
+    float* out = s.a;
+    for (u32 l = 0; l < L; ++l) {
+        const unsigned long long* d = net_layer(n, l);
+        block_dense<P>(n.p, d[0], d[1], (u32)d[2], (u32)d[3], in, out, rows);
+        __syncthreads();
+        block_post(n.p, use_norm, d[4], d[5], out, rows, (u32)d[3], s.stat);
+        in = out;
+        out = (out == s.a) ? s.b : s.a;
+    }
+    const unsigned long long* h = net_head(n);
+    u32 actions = (u32)h[3];
+    block_dense<1>(n.p, h[0], h[1], (u32)h[2], actions, in, out, rows);
+    int dueling = (int)n.w[4];
+    if (dueling) {
+        const unsigned long long* v = h + 4;
+        block_dense<1>(n.p, v[0], v[1], (u32)v[2], 1, in, out + (u64)rows * actions, rows);
+    }
+    __syncthreads();
+    for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
+        float* q = out + (u64)r * actions;
+        if (dueling) {
+            float val = out[(u64)rows * actions + r];
+            float sum = -0.0f;
+            for (u32 j = 0; j < actions; ++j) sum = sum + q[j];
+            float mean = sum / (float)actions;
+            for (u32 j = 0; j < actions; ++j) q[j] = val + q[j] - mean;
+        }
+        u32 best = 0;
+        for (u32 j = 1; j < actions; ++j)
+            if (q[j] > q[best]) best = j;
+        s.act[r] = (int)best;
+    }
+    __syncthreads();
+}
+
+// Floats of a block's scratch for `rows` rows.
+__device__ __forceinline__ u32 block_scratch_floats(u32 rows, u32 dim, u32 max_width) {
+    return rows * dim + 2 * rows * max_width + 3 * rows;
+}
+
+__device__ __forceinline__ WarpScratch block_scratch(float* base, u32 rows, u32 dim,
+                                                     u32 max_width) {
+    WarpScratch s;
+    s.x = base;
+    s.a = s.x + rows * dim;
+    s.b = s.a + rows * max_width;
+    s.stat = s.b + rows * max_width;
+    s.act = (int*)(s.stat + 2 * rows);
+    return s;
+}
+
+// What a walk reads and writes besides the market and the network.
+struct WalkIo {
+    u32 split_start, split_end;
+    const signed char* flat_target;  // the flat decision of every bar
+    signed char* out;                // the walk's decisions
+    signed char* rec_pos;            // with rec_entry: the state before each bar, or null
+    double* rec_entry;
+    const signed char* merge_pos;    // with merge_entry: another walk's states, or null
+    const double* merge_entry;
+};
+
+// The block's walk state (shared).
+struct WalkState {
+    u32 t, u;
+    int pos;
+    double entry;
+    u32 stop;
+};
+
+// Walks bars [ws.t, end) of one session by the block from the state in `ws`, `rows` bars a
+// network pass in a position (on the guess that it is held), flat stretches a block-wide search
+// at a time. Writes each bar's decision to io.out (and the state before it to io.rec_*); with
+// io.merge_*, stops at the first bar whose state equals that walk's there. On return (every
+// thread), ws.t is the bar it stopped at (end when it ran through) and ws.pos / ws.entry the
+// state there.
+template <int P>
+__device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lookback,
+                           int max_position, float upnl_scale, double tick_size,
+                           const WalkIo& io, const WarpScratch& s, u32 rows_max, u32 end,
+                           WalkState& ws) {
+    const u32 dim = net_obs_dim(n);
+    const u32 base = io.split_start;
+    const bool merging = io.merge_pos != 0;
     __syncthreads();
     while (true) {
-        // Flat: the first bar from s_t whose flat decision trades (or the end), found by the
-        // block; every flat bar before it keeps the trader flat.
-        if (s_pos == 0) {
-            if (threadIdx.x == 0) s_next = end;
+        const u32 t0 = ws.t;
+        const int pos = ws.pos;
+        const double entry = ws.entry;
+        if (t0 >= end) break;
+        if (pos == 0) {
+            // Flat: the first bar from t0 whose flat decision trades, or (merging) where the
+            // other walk is flat too; every flat bar before it stays flat.
+            if (threadIdx.x == 0) ws.u = end;
             __syncthreads();
-            for (u32 base = s_t; base < end; base += blockDim.x) {
-                u32 t = base + threadIdx.x;
-                if (t < end && flat_target[t - split_start] != 0) atomicMin(&s_next, t);
+            for (u32 b0 = t0; b0 < end; b0 += blockDim.x) {
+                u32 v = b0 + threadIdx.x;
+                if (v < end &&
+                    (io.flat_target[v - base] != 0 ||
+                     (merging && io.merge_pos[v - base] == 0 && io.merge_entry[v - base] == 0.0)))
+                    atomicMin(&ws.u, v);
                 __syncthreads();
-                if (s_next < end) break;
+                if (ws.u < end) break;
+            }
+            const u32 u = ws.u;
+            for (u32 v = t0 + threadIdx.x; v < u; v += blockDim.x) {
+                io.out[v - base] = 0;
+                if (io.rec_pos) {
+                    io.rec_pos[v - base] = 0;
+                    io.rec_entry[v - base] = 0.0;
+                }
             }
             if (threadIdx.x == 0) {
-                u32 t = s_next;
-                if (t < end) {
-                    int target = flat_target[t - split_start];
-                    if (t + 1 == end) {
-                        t = end;  // the session's last bar: closed at once, nothing held
-                    } else {
-                        Trans tr = transition(m, xc, t, split_end, 1, 0, target);
-                        s_entry = next_entry(0.0, 0, tr);
-                        s_pos = tr.position;
-                        t = tr.next_t;
+                if (u < end && merging && io.merge_pos[u - base] == 0 &&
+                    io.merge_entry[u - base] == 0.0) {
+                    ws.t = u;  // met: the rest is the other walk's
+                    ws.stop = 1;
+                } else if (u < end) {
+                    int target = io.flat_target[u - base];
+                    io.out[u - base] = (signed char)target;
+                    if (io.rec_pos) {
+                        io.rec_pos[u - base] = 0;
+                        io.rec_entry[u - base] = 0.0;
                     }
+                    Trans tr = transition(m, xc, u, io.split_end, 1, 0, target);
+                    ws.entry = next_entry(0.0, 0, tr);
+                    ws.pos = tr.position;
+                    ws.t = u + 1;
+                } else {
+                    ws.t = end;
                 }
-                s_t = t;
             }
             __syncthreads();
+            if (ws.stop) break;
+            continue;
         }
-        if (threadIdx.x == 0) s_rows = s_t < end ? min(R, end - s_t) : 0;
-        __syncthreads();
-        u32 t0 = s_t, rows = s_rows;
-        if (rows == 0) break;
-        int pos = s_pos;
-        double entry = s_entry;
-        // In position: decide the next `rows` bars as if the position were held.
-        for (u32 r = 0; r < rows; ++r)
+        // In a position: the next rows decided as if it were held.
+        const u32 rows = min(rows_max, end - t0);
+        for (u32 r = threadIdx.x >> 5; r < rows; r += blockDim.x >> 5)
             observe(m, lookback, max_position, upnl_scale, tick_size, t0 + r, pos, entry,
-                    x + (u64)r * dim, threadIdx.x, blockDim.x);
+                    s.x + (u64)r * dim, threadIdx.x & 31, 32);
+        // The other walk's states at those bars, for thread 0's scan (read here in parallel,
+        // not one after another there).
+        __shared__ signed char s_mpos[EVAL_WALK_ROWS];
+        __shared__ double s_mentry[EVAL_WALK_ROWS];
+        if (merging && threadIdx.x < rows) {
+            s_mpos[threadIdx.x] = io.merge_pos[t0 + threadIdx.x - base];
+            s_mentry[threadIdx.x] = io.merge_entry[t0 + threadIdx.x - base];
+        }
         __syncthreads();
-        block_greedy(n, x, a, b, stat, rows, act);
+        block_greedy<P>(n, s, rows);
         if (threadIdx.x == 0) {
             u32 t = t0;
-            for (u32 r = 0; r < rows; ++r) {
-                int target = action_target(act[r], max_position);
-                targets[t - split_start] = (signed char)target;
-                if (t + 1 == end) { t = end; pos = 0; entry = 0.0; break; }
-                if (target == pos) { t += 1; continue; }  // held: nothing changes
-                Trans tr = transition(m, xc, t, split_end, 1, pos, target);
-                entry = next_entry(entry, pos, tr);
-                pos = tr.position;
-                t = tr.next_t;
-                break;  // a trade leaves the state the later rows were decided in
+            int p = pos;
+            double e = entry;
+            for (u32 j = 0; j < rows; ++j) {
+                t = t0 + j;
+                if (merging && same_state(p, e, s_mpos[j], s_mentry[j])) {
+                    ws.stop = 1;
+                    break;
+                }
+                int target = action_target(s.act[j], max_position);
+                io.out[t - base] = (signed char)target;
+                if (io.rec_pos) {
+                    io.rec_pos[t - base] = (signed char)p;
+                    io.rec_entry[t - base] = e;
+                }
+                t += 1;
+                if (target == p && t < end) continue;  // held, and not the session's last bar
+                Trans tr = transition(m, xc, t - 1, io.split_end, 1, p, target);
+                e = next_entry(e, p, tr);
+                p = tr.position;
+                break;
             }
-            s_t = t; s_pos = pos; s_entry = entry;
+            ws.t = t;
+            ws.pos = p;
+            ws.entry = e;
         }
         __syncthreads();
+        if (ws.stop) break;
     }
+    __syncthreads();
+}
+
+#define WALK_PARAMS                                                                                \
+    EVAL_PARAMS, u32 split_start, u32 split_end, double multiplier, double cost_per_side,         \
+        double slippage_price, u32 rows_max, const signed char *flat_target
+
+// Walks chunk c (bars [chunk_start[c], chunk_end[c]) of one session) from a flat start, a block
+// a chunk: its decisions into w_target, the state before each bar into w_pos / w_entry, the
+// state after its last bar into w_end_pos / w_end_entry.
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    eval_chunks(WALK_PARAMS, const u32* chunk_start, const u32* chunk_end, signed char* w_target,
+                signed char* w_pos, double* w_entry, signed char* w_end_pos,
+                double* w_end_entry) {
+    extern __shared__ float sh[];
+    __shared__ WalkState ws;
+    float* scratch;
+    Net n = eval_prologue(sh, params, net, n_params, params_shared, &scratch);
+    Market m = {features, open, close, session, contract, cols};
+    Exec xc = {multiplier, cost_per_side, slippage_price};
+    WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
+    const u32 c = blockIdx.x;
+    WalkIo io = {split_start, split_end, flat_target, w_target, w_pos, w_entry, 0, 0};
+    if (threadIdx.x == 0) {
+        ws.t = chunk_start[c];
+        ws.pos = 0;
+        ws.entry = 0.0;
+        ws.stop = 0;
+    }
+    block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, rows_max,
+                  chunk_end[c], ws);
+    if (threadIdx.x == 0) {
+        w_end_pos[c] = (signed char)ws.pos;
+        w_end_entry[c] = ws.entry;
+    }
+}
+
+// The true path of session s (bars [sess_start[s], sess_end[s]); its chunks are
+// [sess_chunk[s], ...) of the chunk table), a block a session, into targets: each chunk from the
+// state the path arrives in, until that state is the chunk walk's at the same bar, and from
+// there the chunk walk's decisions.
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    eval_stitch(WALK_PARAMS, const u32* sess_start, const u32* sess_end, const u32* sess_chunk,
+                const u32* chunk_end, const signed char* w_target, const signed char* w_pos,
+                const double* w_entry, const signed char* w_end_pos, const double* w_end_entry,
+                signed char* targets) {
+    extern __shared__ float sh[];
+    __shared__ WalkState ws;
+    float* scratch;
+    Net n = eval_prologue(sh, params, net, n_params, params_shared, &scratch);
+    Market m = {features, open, close, session, contract, cols};
+    Exec xc = {multiplier, cost_per_side, slippage_price};
+    WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
+    const u32 sid = blockIdx.x;
+    const u32 end = sess_end[sid];
+    WalkIo io = {split_start, split_end, flat_target, targets, 0, 0, w_pos, w_entry};
+    if (threadIdx.x == 0) {
+        ws.t = sess_start[sid];
+        ws.pos = 0;
+        ws.entry = 0.0;
+    }
+    for (u32 c = sess_chunk[sid]; true; ++c) {
+        __syncthreads();
+        const u32 ce = chunk_end[c];
+        if (threadIdx.x == 0) ws.stop = 0;
+        block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, rows_max,
+                      ce, ws);
+        if (ws.stop) {
+            // Met the chunk's walk at ws.t: the rest of the chunk is its.
+            for (u32 v = ws.t + threadIdx.x; v < ce; v += blockDim.x)
+                targets[v - split_start] = w_target[v - split_start];
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                ws.t = ce;
+                ws.pos = w_end_pos[c];
+                ws.entry = w_end_entry[c];
+            }
+        }
+        if (ce >= end) break;
+    }
+}
+
+// ---- Booking ----
+
+// One warp a session of the split (bars [sess_start[s], sess_end[s])), 32 bars at a time: every
+// bar's step in parallel (the position before a bar is the decision at the one before, flat at
+// the session's start), the session's non-zero step PnLs and costs gathered in bar order (into
+// pnl_out / cost_out from the session's first row on, for book_total's chains over the split),
+// with `seen`: whether the equity after that step is a point of the host's curve (the point
+// after the bar before a session's last is overwritten by the last bar's equity). The host's
+// chains, the day's PnL and each trade's PnL, run in bar order on every lane alike, from values
+// the lanes computed side by side; zero steps are added too (adding a zero to a sum that starts
+// at +0.0 changes nothing).
+extern "C" __global__ void __launch_bounds__(256)
+    book_sessions(const double* open, const double* close, const u32* session,
+                  const u32* contract, u32 split_start, u32 split_end, int max_position,
+                  double multiplier, double cost_per_side, double slippage_price,
+                  const u32* sess_start, const u32* sess_end, u32 n_sessions,
+                  const signed char* targets, double* daily, u32* n_pnl, u32* n_cost,
+                  unsigned long long* n_trades, unsigned long long* wins,
+                  unsigned long long* bars, unsigned long long* contracts, double* pnl_out,
+                  unsigned char* seen_out, double* cost_out) {
+    const unsigned FULL = 0xffffffffu;
+    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    u32 sid = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (sid >= n_sessions) return;
+    Market m = {0, open, close, session, contract, 0};
+    Exec xc = {multiplier, cost_per_side, slippage_price};
+    const u32 ss = sess_start[sid], se = sess_end[sid];
+    const u32 out0 = ss - split_start;
+    double day = 0.0, trade_pnl = 0.0;
+    unsigned long long trade_bars = 0, ntr = 0, nwin = 0, nbars = 0, ncon = 0;
+    u32 np = 0, nc = 0;
+    bool nz_second_last = false, nz_last = false;
+    for (u32 b0 = ss; b0 < se; b0 += 32) {
+        const u32 t = b0 + lane;
+        const bool live = t < se;
+        double pnl = 0.0, cost = 0.0, hold = 0.0, barp = 0.0, bar_less_cost = 0.0,
+               open_part = 0.0, exit_cost = 0.0;
+        bool inpos = false, closed = false, opened = false;
+        u32 traded = 0;
+        if (live) {
+            int before = t == ss ? 0 : (int)targets[t - 1 - split_start];
+            int target = targets[t - split_start];
+            before = max(-max_position, min(max_position, before));
+            target = max(-max_position, min(max_position, target));
+            Trans tr = transition(m, xc, t, split_end, 1, before, target);
+            pnl = tr.hold_pnl + tr.bar_pnl - tr.cost;
+            cost = tr.cost;
+            hold = tr.hold_pnl;
+            barp = tr.bar_pnl;
+            traded = tr.traded;
+            // foxhunt-env's backtest: a flip closes the old trade and opens a new one.
+            int sp = (before > 0) - (before < 0), sn = (tr.position > 0) - (tr.position < 0);
+            opened = tr.position != 0 && sn != sp;
+            closed = before != 0 && sn != sp;
+            inpos = before != 0;
+            exit_cost = closed ? (double)abs(before) * cost_per_side : 0.0;
+            bar_less_cost = tr.bar_pnl - tr.cost;
+            open_part = tr.bar_pnl - (tr.cost - exit_cost);
+        }
+        // Gathered in bar order: each lane's place among the block's non-zero steps and costs.
+        const unsigned below = (1u << lane) - 1u;
+        unsigned nzp = __ballot_sync(FULL, live && pnl != 0.0);
+        unsigned nzc = __ballot_sync(FULL, live && cost != 0.0);
+        if (live && pnl != 0.0) {
+            u32 k = out0 + np + __popc(nzp & below);
+            pnl_out[k] = pnl;
+            seen_out[k] = 1;
+        }
+        if (live && cost != 0.0) cost_out[out0 + nc + __popc(nzc & below)] = cost;
+        np += __popc(nzp);
+        nc += __popc(nzc);
+        nz_second_last = nz_second_last || (__ballot_sync(FULL, t + 2 == se && pnl != 0.0) != 0);
+        nz_last = nz_last || (__ballot_sync(FULL, t + 1 == se && pnl != 0.0) != 0);
+        for (u32 d = 16; d > 0; d >>= 1) traded += __shfl_down_sync(FULL, traded, d);
+        ncon += __shfl_sync(FULL, traded, 0);
+        // The chains, bar by bar, on every lane alike.
+#pragma unroll
+        for (u32 j = 0; j < 32; ++j) {
+            const double v_pnl = __shfl_sync(FULL, pnl, j);
+            const double v_hold = __shfl_sync(FULL, hold, j);
+            const double v_blc = __shfl_sync(FULL, bar_less_cost, j);
+            const double v_open = __shfl_sync(FULL, open_part, j);
+            const double v_exit = __shfl_sync(FULL, exit_cost, j);
+            const unsigned flags =
+                __shfl_sync(FULL, (u32)inpos | ((u32)closed << 1) | ((u32)opened << 2), j);
+            day += v_pnl;
+            if (flags & 1u) {
+                trade_pnl += v_hold;
+                trade_bars += 1;
+                if (flags & 2u) {
+                    double p = trade_pnl - v_exit;
+                    ntr += 1;
+                    nwin += p > 0.0 ? 1 : 0;
+                    nbars += trade_bars;
+                } else {
+                    trade_pnl += v_blc;
+                }
+            }
+            if (flags & 4u) {
+                trade_pnl = v_open;
+                trade_bars = 0;
+            }
+        }
+    }
+    if (lane == 0) {
+        if (se - ss >= 2 && nz_second_last && nz_last) seen_out[out0 + np - 2] = 0;
+        daily[sid] = day;
+        n_pnl[sid] = np;
+        n_cost[sid] = nc;
+        n_trades[sid] = ntr;
+        wins[sid] = nwin;
+        bars[sid] = nbars;
+        contracts[sid] = ncon;
+    }
+}
+
+// Exclusive scan of one value per thread over the block (op associative, `identity` its
+// neutral element); `total` gets the op over all. Every thread calls it; `tmp` holds 32 values.
+template <typename T, typename Op>
+__device__ T block_scan(T v, T identity, Op op, T* tmp, T* total) {
+    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    T x = v;
+    for (u32 d = 1; d < 32; d <<= 1) {
+        T y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x = op(y, x);
+    }
+    T before = __shfl_up_sync(0xffffffffu, x, 1);
+    if (lane == 0) before = identity;
+    if (lane == 31) tmp[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        T w = lane < warps ? tmp[lane] : identity;
+        for (u32 d = 1; d < 32; d <<= 1) {
+            T y = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d) w = op(y, w);
+        }
+        tmp[lane] = w;
+    }
+    __syncthreads();
+    T out = warp == 0 ? before : op(tmp[warp - 1], before);
+    *total = tmp[warps - 1];
+    __syncthreads();
+    return out;
+}
+
+struct AddU32 {
+    __device__ u32 operator()(u32 a, u32 b) const { return a + b; }
+};
+struct AddU64 {
+    __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
+        return a + b;
+    }
+};
+struct AddF64 {
+    __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct MaxF64 {
+    __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct MinI32 {
+    __device__ int operator()(int a, int b) const { return min(a, b); }
+};
+
+// The exponent of a finite non-zero double's lowest set bit (v is a whole multiple of 2^that).
+__device__ __forceinline__ int low_bit_exponent(double v) {
+    unsigned long long bits = (unsigned long long)__double_as_longlong(v);
+    int e = (int)((bits >> 52) & 0x7ff);
+    unsigned long long mant = bits & 0xfffffffffffffull;
+    if (e == 0) return -1074 + __ffsll((long long)mant) - 1;
+    return e - 1075 + __ffsll((long long)(mant | (1ull << 52))) - 1;
+}
+
+// [first, end) of thread i's share of n items.
+__device__ __forceinline__ void share(u32 n, u32* first, u32* end) {
+    u64 i = threadIdx.x, T = blockDim.x;
+    *first = (u32)(i * n / T);
+    *end = (u32)((i + 1) * n / T);
+}
+
+// The split's totals, one block: the session counts scanned into places, the steps gathered in
+// bar order, the costs and the equity summed as the host sums them, the maximum drawdown over
+// the curve's points. out: [0] costs, [1] max drawdown, [2] as a fraction, [3..7) trades, wins,
+// bars held, contracts (u64 bits), [7] 1 when the equity was summed in parallel (exact), then
+// the daily PnL of each session.
+extern "C" __global__ void __launch_bounds__(1024)
+    book_total(u32 n_sessions, const u32* sess_start, u32 split_start, const double* daily,
+               const u32* n_pnl, const u32* n_cost, const unsigned long long* n_trades,
+               const unsigned long long* wins, const unsigned long long* bars,
+               const unsigned long long* contracts, const double* pnl, const unsigned char* seen,
+               const double* cost, double capital, u32 chain_only, u32* off_pnl, u32* off_cost,
+               double* V, unsigned char* F, double* C, double* E, double* out) {
+    __shared__ u32 tmp_u32[32];
+    __shared__ unsigned long long tmp_u64[32];
+    __shared__ double tmp_f64[32];
+    __shared__ int tmp_i32[32];
+    __shared__ double s_costs;
+    u32 first, last;
+    // Places of each session's steps and costs in the split's order.
+    share(n_sessions, &first, &last);
+    u32 lp = 0, lc = 0;
+    unsigned long long ltr = 0, lwin = 0, lbars = 0, lcon = 0;
+    for (u32 s = first; s < last; ++s) {
+        lp += n_pnl[s];
+        lc += n_cost[s];
+        ltr += n_trades[s];
+        lwin += wins[s];
+        lbars += bars[s];
+        lcon += contracts[s];
+    }
+    u32 m_pnl, m_cost;
+    u32 bp = block_scan(lp, 0u, AddU32(), tmp_u32, &m_pnl);
+    u32 bc = block_scan(lc, 0u, AddU32(), tmp_u32, &m_cost);
+    for (u32 s = first; s < last; ++s) {
+        off_pnl[s] = bp;
+        off_cost[s] = bc;
+        bp += n_pnl[s];
+        bc += n_cost[s];
+    }
+    unsigned long long tr, win, held, con;
+    block_scan(ltr, 0ull, AddU64(), tmp_u64, &tr);
+    block_scan(lwin, 0ull, AddU64(), tmp_u64, &win);
+    block_scan(lbars, 0ull, AddU64(), tmp_u64, &held);
+    block_scan(lcon, 0ull, AddU64(), tmp_u64, &con);
+    __syncthreads();
+    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (u32 s = warp; s < n_sessions; s += warps) {
+        u32 src = sess_start[s] - split_start;
+        for (u32 k = lane; k < n_pnl[s]; k += 32) {
+            V[off_pnl[s] + k] = pnl[src + k];
+            F[off_pnl[s] + k] = seen[src + k];
+        }
+        for (u32 k = lane; k < n_cost[s]; k += 32) C[off_cost[s] + k] = cost[src + k];
+    }
+    __syncthreads();
+    // Exact in any order? Every step a whole multiple of 2^q, their magnitudes summing below
+    // 2^52 * 2^q (a margin of two over 2^53 for the rounding of this bound's own sum).
+    share(m_pnl, &first, &last);
+    int q = 4096;
+    double mag = 0.0;
+    bool finite = true;
+    for (u32 k = first; k < last; ++k) {
+        double v = V[k];
+        finite = finite && isfinite(v);
+        if (isfinite(v)) q = min(q, low_bit_exponent(v));
+        mag += fabs(v);
+    }
+    int qmin, bad;
+    block_scan(q, 4096, MinI32(), tmp_i32, &qmin);
+    block_scan(finite ? 0 : -1, 0, MinI32(), tmp_i32, &bad);
+    double mag_all;
+    block_scan(mag, 0.0, AddF64(), tmp_f64, &mag_all);
+    bool exact = !chain_only && bad == 0 && (m_pnl == 0 || mag_all <= ldexp(1.0, 52 + qmin));
+    // The costs likewise: summed in parallel where that is exact, else as one chain (beside
+    // the equity's).
+    u32 cf, cl;
+    share(m_cost, &cf, &cl);
+    int qc = 4096;
+    double cmag = 0.0, csum = 0.0;
+    bool cfinite = true;
+    for (u32 k = cf; k < cl; ++k) {
+        double v = C[k];
+        cfinite = cfinite && isfinite(v);
+        if (isfinite(v)) qc = min(qc, low_bit_exponent(v));
+        cmag += fabs(v);
+        csum += v;
+    }
+    int qcmin, cbad;
+    block_scan(qc, 4096, MinI32(), tmp_i32, &qcmin);
+    block_scan(cfinite ? 0 : -1, 0, MinI32(), tmp_i32, &cbad);
+    double cmag_all, csum_all;
+    block_scan(cmag, 0.0, AddF64(), tmp_f64, &cmag_all);
+    block_scan(csum, 0.0, AddF64(), tmp_f64, &csum_all);
+    bool costs_exact =
+        !chain_only && cbad == 0 && (m_cost == 0 || cmag_all <= ldexp(1.0, 52 + qcmin));
+    if (threadIdx.x == 32) {
+        double c = 0.0;
+        if (costs_exact) {
+            c = csum_all;
+        } else {
+            for (u32 k = 0; k < m_cost; ++k) c += C[k];
+        }
+        s_costs = c;
+    }
+    if (exact) {
+        double local = 0.0;
+        for (u32 k = first; k < last; ++k) local += V[k];
+        double all;
+        double run = block_scan(local, 0.0, AddF64(), tmp_f64, &all);
+        for (u32 k = first; k < last; ++k) {
+            run += V[k];
+            E[k] = run;
+        }
+    } else if (threadIdx.x == 0) {
+        double e = 0.0;
+        for (u32 k = 0; k < m_pnl; ++k) {
+            e += V[k];
+            E[k] = e;
+        }
+    }
+    __syncthreads();
+    // Maximum drawdown over the curve's points, in order, from a peak of 0 (the curve starts at
+    // 0): the running peak is a maximum, exact in any grouping.
+    double top = 0.0;
+    for (u32 k = first; k < last; ++k)
+        if (F[k]) top = fmax(top, E[k]);
+    double top_all;
+    double peak = block_scan(top, 0.0, MaxF64(), tmp_f64, &top_all);
+    double md = 0.0, mf = 0.0;
+    for (u32 k = first; k < last; ++k) {
+        if (!F[k]) continue;
+        double e = E[k];
+        peak = fmax(peak, e);
+        md = fmax(md, peak - e);
+        mf = fmax(mf, (peak - e) / (capital + peak));
+    }
+    double md_all, mf_all;
+    block_scan(md, 0.0, MaxF64(), tmp_f64, &md_all);
+    block_scan(mf, 0.0, MaxF64(), tmp_f64, &mf_all);
+    if (threadIdx.x == 0) {
+        out[0] = s_costs;
+        out[1] = md_all;
+        out[2] = mf_all;
+        out[3] = __longlong_as_double((long long)tr);
+        out[4] = __longlong_as_double((long long)win);
+        out[5] = __longlong_as_double((long long)held);
+        out[6] = __longlong_as_double((long long)con);
+        out[7] = exact ? 1.0 : 0.0;
+    }
+    for (u32 s = threadIdx.x; s < n_sessions; s += blockDim.x) out[8 + s] = daily[s];
 }

@@ -15,7 +15,8 @@ pub enum Module {
     /// The fused DQN engine: forward, loss, backward, Adam, target update, action selection.
     Dqn,
     /// Greedy evaluation: a dense Q-network's decisions over a split, as the host's (eval_flat,
-    /// eval_scan), with the environment's transition.
+    /// eval_chunks, eval_stitch), and their backtest's booking (book_sessions, book_total), with
+    /// the environment's transition.
     Eval,
     /// The one-launch epoch (epoch_steps): acting, the environment step, replay, sampling and
     /// the update of every step of an epoch in one cooperative kernel.

@@ -1,12 +1,12 @@
 //! Greedy evaluation on the device: the decisions of a dense Q-network's greedy policy at every
-//! bar of a split of the resident window, equal to the host's (kernels/eval.cu says how), for the
-//! host's backtest bookkeeping to turn into metrics.
+//! bar of a split of the resident window, equal to the host's, and the backtest's metrics booked
+//! from them as the host books them (kernels/eval.cu says how both stay exact).
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use foxhunt_env::{EnvConfig, Execution, SessionRule};
-use foxhunt_gpu::{DeviceBuffer, GpuContext, Grid, Kernel, Launch, Module};
+use foxhunt_env::{EnvConfig, Execution, MetricParts, Metrics, SessionRule};
+use foxhunt_gpu::{DeviceBuffer, EventMarks, GpuContext, Grid, Kernel, Launch, Module};
 
 use crate::MemoryError;
 use crate::device::{DeviceWindow, OnStream};
@@ -32,28 +32,194 @@ pub fn unsupported_env(env: &EnvConfig) -> Option<String> {
         .then(|| "positions held across sessions (the device walks sessions apart)".to_owned())
 }
 
-/// Bars decided per round of the walk (and per block of the flat pass).
-const ROWS: usize = 16;
-/// Threads per block.
-const THREADS: u32 = 1024;
-/// Dynamic shared memory a block may use without opting in to more.
-const SHARED_LIMIT: usize = 48 * 1024;
+/// Bars a warp of eval_flat decides at once (kernels/eval.cu's EVAL_R).
+const ROWS: usize = 4;
+/// Threads of eval_flat's block at most (EVAL_THREADS_MAX).
+const THREADS_MAX: u32 = 512;
+/// Bars of a chunk that one warp walks from a flat start (eval_chunks), by default: short
+/// chunks shorten the walks, long ones leave the stitch fewer chunk starts to mend.
+pub const CHUNK_BARS: usize = 64;
+/// Threads of a chunk walk's block (eval_chunks): small, so that every chunk's block is resident
+/// at once.
+const WALK_THREADS: u32 = 128;
+/// Threads of the stitch's block (eval_stitch): one block a session, each round's guess as many
+/// bars as its threads give.
+const STITCH_THREADS: u32 = 1024;
+/// Sessions book_sessions takes per block (a warp each).
+const BOOK_WARPS: u32 = 8;
 
-/// The device's greedy evaluator over one window: its kernels and buffers sized for the longest
-/// split it is asked about.
+/// The tables of one split: its sessions and their chunks, on the device.
+struct SplitTables {
+    split: Range<usize>,
+    chunk_bars: usize,
+    sessions: u32,
+    chunks: u32,
+}
+
+/// A split's booked results, as book_total leaves them: enough for the backtest's metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceBook {
+    /// The capital the drawdown fraction was stated on.
+    pub capital: f64,
+    /// Bars of the split.
+    pub bars: usize,
+    /// Net PnL of each trading day (session), in order.
+    pub daily_pnl: Vec<f64>,
+    /// Largest fall of equity from a running peak.
+    pub max_drawdown: f64,
+    /// Maximum drawdown as a fraction of capital + peak.
+    pub max_drawdown_fraction: f64,
+    /// Closed trades.
+    pub trades: u64,
+    /// Closed trades with a positive PnL.
+    pub winning_trades: u64,
+    /// Bars the closed trades were held, summed.
+    pub bars_held: u64,
+    /// Contracts traded.
+    pub contracts_traded: u64,
+    /// Costs paid.
+    pub total_costs: f64,
+    /// Whether the equity curve was summed in parallel (exact for this split's steps) rather
+    /// than as one chain.
+    pub parallel_equity: bool,
+}
+
+impl DeviceBook {
+    /// The backtest's metrics, computed as foxhunt-env computes them from a host backtest.
+    pub fn metrics(&self) -> Metrics {
+        Metrics::from_parts(&MetricParts {
+            daily_pnl: &self.daily_pnl,
+            max_drawdown: self.max_drawdown,
+            max_drawdown_fraction: self.max_drawdown_fraction,
+            trades: self.trades as usize,
+            winning_trades: self.winning_trades as usize,
+            bars_held: self.bars_held,
+            capital: self.capital,
+            contracts_traded: self.contracts_traded,
+            total_costs: self.total_costs,
+            bars: self.bars,
+        })
+    }
+}
+
+/// The evaluation's kernels.
+struct Kernels {
+    flat: Kernel,
+    chunks: Kernel,
+    stitch: Kernel,
+    book_sessions: Kernel,
+    book_total: Kernel,
+}
+
+/// The device's greedy evaluator over one window: its kernels and buffers sized for the window's
+/// rows, and the tables of the split it was last asked about (the validation split, every
+/// epoch).
 pub struct DeviceEvaluator<'a> {
     ctx: Arc<GpuContext>,
     window: &'a DeviceWindow,
     exec: Execution,
     env: EnvConfig,
-    flat_fn: Kernel,
-    scan_fn: Kernel,
+    k: Kernels,
+    /// Multiprocessors, and dynamic shared memory a block may have.
+    sms: u32,
+    shared_max: u32,
+    /// Per bar of the window.
     flat: DeviceBuffer<i8>,
     targets: DeviceBuffer<i8>,
+    /// Decisions given to [`DeviceEvaluator::book_targets`].
+    given: DeviceBuffer<i8>,
+    w_target: DeviceBuffer<i8>,
+    w_pos: DeviceBuffer<i8>,
+    w_entry: DeviceBuffer<f64>,
+    /// Per chunk.
+    chunk_start: DeviceBuffer<u32>,
+    chunk_end: DeviceBuffer<u32>,
+    w_end_pos: DeviceBuffer<i8>,
+    w_end_entry: DeviceBuffer<f64>,
+    /// Per session: rows and first chunk.
     sess_start: DeviceBuffer<u32>,
     sess_end: DeviceBuffer<u32>,
+    sess_chunk: DeviceBuffer<u32>,
+    book: BookBuffers,
     /// The first row of every session of the window.
     session_rows: Vec<usize>,
+    tables: Option<SplitTables>,
+    chunk_bars: usize,
+    chain_only: bool,
+    /// Timestamps between the kernels, when asked for (measuring).
+    marks: Option<EventMarks>,
+}
+
+/// The booking's scratch (kernels/eval.cu's book_sessions and book_total).
+struct BookBuffers {
+    daily: DeviceBuffer<f64>,
+    n_pnl: DeviceBuffer<u32>,
+    n_cost: DeviceBuffer<u32>,
+    trades: DeviceBuffer<u64>,
+    wins: DeviceBuffer<u64>,
+    bars: DeviceBuffer<u64>,
+    contracts: DeviceBuffer<u64>,
+    pnl: DeviceBuffer<f64>,
+    seen: DeviceBuffer<u8>,
+    cost: DeviceBuffer<f64>,
+    off_pnl: DeviceBuffer<u32>,
+    off_cost: DeviceBuffer<u32>,
+    v: DeviceBuffer<f64>,
+    f: DeviceBuffer<u8>,
+    c: DeviceBuffer<f64>,
+    e: DeviceBuffer<f64>,
+    out: DeviceBuffer<f64>,
+}
+
+impl BookBuffers {
+    fn new(ctx: &GpuContext, rows: usize) -> Result<Self, MemoryError> {
+        Ok(Self {
+            daily: ctx.alloc(rows)?,
+            n_pnl: ctx.alloc(rows)?,
+            n_cost: ctx.alloc(rows)?,
+            trades: ctx.alloc(rows)?,
+            wins: ctx.alloc(rows)?,
+            bars: ctx.alloc(rows)?,
+            contracts: ctx.alloc(rows)?,
+            pnl: ctx.alloc(rows)?,
+            seen: ctx.alloc(rows)?,
+            cost: ctx.alloc(rows)?,
+            off_pnl: ctx.alloc(rows)?,
+            off_cost: ctx.alloc(rows)?,
+            v: ctx.alloc(rows)?,
+            f: ctx.alloc(rows)?,
+            c: ctx.alloc(rows)?,
+            e: ctx.alloc(rows)?,
+            out: ctx.alloc(rows + 8)?,
+        })
+    }
+}
+
+/// A walking kernel's blocks: threads, the rows a network pass decides, and whether the
+/// parameters are in shared memory beside the scratch.
+struct BlockLayout {
+    threads: u32,
+    rows: u32,
+    params_shared: u32,
+    shared_bytes: u32,
+}
+
+impl BlockLayout {
+    fn grid(&self, blocks: u32) -> Grid {
+        Grid {
+            blocks: blocks.max(1),
+            threads: self.threads,
+            shared_bytes: self.shared_bytes,
+        }
+    }
+}
+
+/// How a kernel's blocks are laid out: warps, and whether the parameters fit in shared memory
+/// beside every warp's scratch.
+struct Layout {
+    warps: u32,
+    params_shared: u32,
+    shared_bytes: u32,
 }
 
 impl<'a> DeviceEvaluator<'a> {
@@ -78,34 +244,72 @@ impl<'a> DeviceEvaluator<'a> {
         let session_rows = (0..rows)
             .filter(|&t| t == 0 || session[t] != session[t - 1])
             .collect();
+        let k = Kernels {
+            flat: ctx.kernel(Module::Eval, "eval_flat")?,
+            chunks: ctx.kernel(Module::Eval, "eval_chunks")?,
+            stitch: ctx.kernel(Module::Eval, "eval_stitch")?,
+            book_sessions: ctx.kernel(Module::Eval, "book_sessions")?,
+            book_total: ctx.kernel(Module::Eval, "book_total")?,
+        };
+        // What a block may take beside the kernels' own static shared memory (a few words).
+        let shared_max = ctx.max_shared_per_block()?.saturating_sub(1024);
+        for f in [&k.flat, &k.chunks, &k.stitch] {
+            f.allow_shared(shared_max)?;
+        }
         Ok(Self {
-            flat_fn: ctx.kernel(Module::Eval, "eval_flat")?,
-            scan_fn: ctx.kernel(Module::Eval, "eval_scan")?,
+            sms: ctx.sm_count()?,
+            shared_max,
+            k,
             flat: ctx.alloc(rows)?,
             targets: ctx.alloc(rows)?,
-            sess_start: ctx.alloc(rows.max(1))?,
-            sess_end: ctx.alloc(rows.max(1))?,
+            given: ctx.alloc(rows)?,
+            w_target: ctx.alloc(rows)?,
+            w_pos: ctx.alloc(rows)?,
+            w_entry: ctx.alloc(rows)?,
+            chunk_start: ctx.alloc(rows)?,
+            chunk_end: ctx.alloc(rows)?,
+            w_end_pos: ctx.alloc(rows)?,
+            w_end_entry: ctx.alloc(rows)?,
+            sess_start: ctx.alloc(rows)?,
+            sess_end: ctx.alloc(rows)?,
+            sess_chunk: ctx.alloc(rows)?,
+            book: BookBuffers::new(&ctx, rows)?,
             window: arena.buffers(),
             exec: *arena.exec(),
             env: env.clone(),
             session_rows,
+            tables: None,
+            chunk_bars: CHUNK_BARS,
+            chain_only: false,
+            marks: None,
             ctx,
         })
     }
 
-    /// The sessions of `split`, each as its rows (a session cut by the split's edges keeps the
-    /// part inside).
-    fn sessions(&self, split: &Range<usize>) -> (Vec<u32>, Vec<u32>) {
-        let mut starts = vec![split.start as u32];
-        starts.extend(
-            self.session_rows
-                .iter()
-                .filter(|&&t| t > split.start && t < split.end)
-                .map(|&t| t as u32),
-        );
-        let mut ends: Vec<u32> = starts[1..].to_vec();
-        ends.push(split.end as u32);
-        (starts, ends)
+    /// Bars per chunk of the walk (for measuring; [`CHUNK_BARS`] by default). Every value
+    /// gives the same decisions.
+    pub fn set_chunk_bars(&mut self, bars: usize) {
+        self.chunk_bars = bars.max(1);
+    }
+
+    /// Sums the equity as one chain even where the parallel sum is exact (for measuring).
+    pub fn set_chain_only(&mut self, on: bool) {
+        self.chain_only = on;
+    }
+
+    /// Records device timestamps between the kernels of every later call (for measuring).
+    pub fn set_kernel_timing(&mut self, on: bool) {
+        self.marks = on.then(|| self.ctx.marks());
+    }
+
+    /// Milliseconds each kernel of the last call took, in launch order (eval_flat, eval_chunks,
+    /// eval_stitch, then book_sessions and book_total for a judgement); empty unless
+    /// [`DeviceEvaluator::set_kernel_timing`] is on.
+    pub fn kernel_ms(&mut self) -> Result<Vec<f64>, MemoryError> {
+        match self.marks.as_mut() {
+            Some(m) => Ok(m.intervals()?),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The target position the greedy policy of `net` decides at every bar of `split`
@@ -115,13 +319,128 @@ impl<'a> DeviceEvaluator<'a> {
         net: &NetOnDevice<'_>,
         split: Range<usize>,
     ) -> Result<Vec<i8>, MemoryError> {
-        let w = self.window;
-        if split.is_empty() || split.end > w.rows {
+        self.decide(net, &split)?;
+        Ok(self.ctx.download_prefix(&self.targets, split.len())?)
+    }
+
+    /// The backtest of the greedy policy of `net` over `split`, booked on the device: its
+    /// metrics equal foxhunt-env's `backtest` of the same decisions with `capital` (waits for
+    /// the device; one read of a few numbers).
+    pub fn judge(
+        &mut self,
+        net: &NetOnDevice<'_>,
+        split: Range<usize>,
+        capital: f64,
+    ) -> Result<Metrics, MemoryError> {
+        self.decide(net, &split)?;
+        Ok(self.book(&split, capital, false)?.metrics())
+    }
+
+    /// Books decisions `targets` (one per bar of `split`, as [`DeviceEvaluator::targets`] gives
+    /// them, each clamped to the position limit) on the device.
+    pub fn book_targets(
+        &mut self,
+        targets: &[i8],
+        split: Range<usize>,
+        capital: f64,
+    ) -> Result<DeviceBook, MemoryError> {
+        self.check_split(&split)?;
+        if targets.len() != split.len() {
             return Err(MemoryError::Config(format!(
-                "evaluation split {split:?} of a window of {} rows",
-                w.rows
+                "{} decisions for a split of {} bars",
+                targets.len(),
+                split.len()
             )));
         }
+        self.prepare(&split)?;
+        // The decisions of bar t live at t - split.start, the layout `decide` leaves.
+        self.ctx.write(&mut self.given, targets)?;
+        self.book(&split, capital, true)
+    }
+
+    fn check_split(&self, split: &Range<usize>) -> Result<(), MemoryError> {
+        if split.is_empty() || split.end > self.window.rows {
+            return Err(MemoryError::Config(format!(
+                "evaluation split {split:?} of a window of {} rows",
+                self.window.rows
+            )));
+        }
+        Ok(())
+    }
+
+    /// The split's sessions and chunks on the device (kept while the split and chunk size stay).
+    fn prepare(&mut self, split: &Range<usize>) -> Result<(), MemoryError> {
+        if self
+            .tables
+            .as_ref()
+            .is_some_and(|t| t.split == *split && t.chunk_bars == self.chunk_bars)
+        {
+            return Ok(());
+        }
+        // Sessions cut by the split's edges keep the part inside.
+        let mut starts = vec![split.start as u32];
+        starts.extend(
+            self.session_rows
+                .iter()
+                .filter(|&&t| t > split.start && t < split.end)
+                .map(|&t| t as u32),
+        );
+        let mut ends: Vec<u32> = starts[1..].to_vec();
+        ends.push(split.end as u32);
+        let (mut c_start, mut c_end, mut first_chunk) = (Vec::new(), Vec::new(), Vec::new());
+        for (&s, &e) in starts.iter().zip(&ends) {
+            first_chunk.push(c_start.len() as u32);
+            let mut t = s;
+            while t < e {
+                let u = e.min(t + self.chunk_bars as u32);
+                c_start.push(t);
+                c_end.push(u);
+                t = u;
+            }
+        }
+        self.ctx.write(&mut self.sess_start, &starts)?;
+        self.ctx.write(&mut self.sess_end, &ends)?;
+        self.ctx.write(&mut self.sess_chunk, &first_chunk)?;
+        self.ctx.write(&mut self.chunk_start, &c_start)?;
+        self.ctx.write(&mut self.chunk_end, &c_end)?;
+        self.tables = Some(SplitTables {
+            split: split.clone(),
+            chunk_bars: self.chunk_bars,
+            sessions: starts.len() as u32,
+            chunks: c_start.len() as u32,
+        });
+        Ok(())
+    }
+
+    /// Blocks of `warps_wanted` warps at most, with the parameters in shared memory when they
+    /// fit beside the warps' scratch.
+    fn layout(&self, net: &NetOnDevice<'_>, warps_wanted: u32) -> Result<Layout, MemoryError> {
+        let scratch = 4 * (ROWS * net.obs_dim + 2 * ROWS * net.max_width + 3 * ROWS) as u64;
+        let params = 4 * (net.params.len() as u64).next_multiple_of(4);
+        let max = u64::from(self.shared_max);
+        let warps_wanted = u64::from(warps_wanted.clamp(1, THREADS_MAX / 32));
+        let fit = |base: u64| (max.saturating_sub(base) / scratch).min(warps_wanted);
+        let (params_shared, warps) = match fit(params) {
+            0 => (0, fit(0)),
+            w => (1, w),
+        };
+        if warps == 0 {
+            return Err(MemoryError::Config(format!(
+                "layers of {} units are too wide for device evaluation",
+                net.max_width
+            )));
+        }
+        Ok(Layout {
+            warps: warps as u32,
+            params_shared,
+            shared_bytes: (warps * scratch + u64::from(params_shared) * params) as u32,
+        })
+    }
+
+    /// Decides every bar of `split` into `targets` (queued).
+    fn decide(&mut self, net: &NetOnDevice<'_>, split: &Range<usize>) -> Result<(), MemoryError> {
+        self.check_split(split)?;
+        let w = self.window;
         let dim = self.env.obs_dim(w.cols);
         if net.obs_dim != dim {
             return Err(MemoryError::Config(format!(
@@ -129,90 +448,287 @@ impl<'a> DeviceEvaluator<'a> {
                 net.obs_dim
             )));
         }
-        // Shared memory per block: observations, two scratch rows sets, statistics, actions.
-        let rows = (1..=ROWS)
-            .rev()
-            .find(|&r| 4 * (r * dim + 2 * r * net.max_width + 3 * r) <= SHARED_LIMIT)
-            .ok_or_else(|| {
-                MemoryError::Config(format!(
-                    "layers of {} units are too wide for device evaluation",
-                    net.max_width
-                ))
-            })?;
-        let shared = (4 * (rows * dim + 2 * rows * net.max_width + 3 * rows)) as u32;
-        let (starts, ends) = self.sessions(&split);
-        let n_sessions = starts.len() as u32;
-        self.ctx.write(&mut self.sess_start, &starts)?;
-        self.ctx.write(&mut self.sess_end, &ends)?;
-        let (split_start, split_end) = (split.start as u32, split.end as u32);
+        self.prepare(split)?;
+        let t = self.tables.as_ref().expect("prepared");
+        let (sessions, chunks) = (t.sessions, t.chunks);
         let scalars = Scalars {
             cols: w.cols as u32,
             lookback: self.env.lookback as u32,
             max_position: i32::from(self.env.max_position),
             upnl_scale: self.env.upnl_scale,
             tick_size: self.exec.tick_size,
+            n_params: net.params.len() as u32,
             max_width: net.max_width as u32,
-            rows: rows as u32,
+            split_start: split.start as u32,
+            split_end: split.end as u32,
+            multiplier: self.exec.multiplier,
+            cost: self.exec.cost_per_side,
+            slippage: self.exec.slippage_price,
         };
-        let l = params(self.ctx.launch(&self.flat_fn), w, &scalars, net)
-            .value(&split_start)
-            .value(&split_end)
+        let s = &scalars;
+        if let Some(m) = self.marks.as_mut() {
+            m.restart()?;
+        }
+
+        // The flat decisions: warps over the whole device, R bars at a time.
+        let lf = self.layout(net, 16)?;
+        let groups = split.len().div_ceil(ROWS) as u64;
+        let blocks = (groups.div_ceil(u64::from(lf.warps)) as u32).min(
+            self.sms
+                * self
+                    .k
+                    .flat
+                    .blocks_per_sm(lf.warps * 32, lf.shared_bytes)?
+                    .max(1),
+        );
+        let l = params(self.ctx.launch(&self.k.flat), w, s, net, &lf.params_shared)
+            .value(&s.split_start)
+            .value(&s.split_end)
             .output(&mut self.flat);
-        let blocks = split.len().div_ceil(rows) as u32;
         // SAFETY: eval_flat(EVAL_PARAMS, split_start, split_end, flat_target) in
         // kernels/eval.cu; the market buffers hold the window's rows and the split lies inside
-        // them (checked above); the layout words describe `params` (made together by
-        // foxhunt-dqn); each block decides `rows` bars, writing flat[t - split_start] for its
-        // own bars, and the grid covers the split; the dynamic shared memory holds rows
-        // observations, two rows x max_width scratch sets, 2 x rows statistics and rows actions.
-        unsafe {
-            l.run(Grid {
-                blocks,
-                threads: THREADS,
-                shared_bytes: shared,
-            })
-        }?;
-        let (mult, cost, slip) = (
-            self.exec.multiplier,
-            self.exec.cost_per_side,
-            self.exec.slippage_price,
-        );
-        let l = params(self.ctx.launch(&self.scan_fn), w, &scalars, net)
+        // them (checked); the layout words describe `params` (made together by foxhunt-dqn);
+        // every warp writes flat[t - split_start] of its own bars only, inside the split; the
+        // dynamic shared memory holds the parameters when params_shared and each warp's
+        // scratch (`layout`).
+        unsafe { l.run(grid(blocks, &lf)) }?;
+        if let Some(m) = self.marks.as_mut() {
+            m.mark()?;
+        }
+
+        // The chunks' walks, a small block each: all resident at once (they wait on latency).
+        let lc = self.block_layout(net, WALK_THREADS, false)?;
+        let l = params(
+            self.ctx.launch(&self.k.chunks),
+            w,
+            s,
+            net,
+            &lc.params_shared,
+        )
+        .value(&s.split_start)
+        .value(&s.split_end)
+        .value(&s.multiplier)
+        .value(&s.cost)
+        .value(&s.slippage)
+        .value(&lc.rows)
+        .input(&self.flat)
+        .input(&self.chunk_start)
+        .input(&self.chunk_end)
+        .output(&mut self.w_target)
+        .output(&mut self.w_pos)
+        .output(&mut self.w_entry)
+        .output(&mut self.w_end_pos)
+        .output(&mut self.w_end_entry);
+        // SAFETY: eval_chunks(WALK_PARAMS, chunk_start, chunk_end, w_target, w_pos, w_entry,
+        // w_end_pos, w_end_entry); WALK_PARAMS are EVAL_PARAMS, split_start, split_end,
+        // multiplier, cost_per_side, slippage_price, rows_max, flat_target. One block per
+        // chunk, whose bars lie in one session of the split (`prepare`), writing the walk's
+        // arrays at its own bars and its own chunk's end state; flat holds the split's flat
+        // decisions (queued before on this stream); the dynamic shared memory holds the
+        // parameters when params_shared and the block's scratch for rows_max rows.
+        unsafe { l.run(lc.grid(chunks)) }?;
+        if let Some(m) = self.marks.as_mut() {
+            m.mark()?;
+        }
+
+        // The true path, one block a session.
+        let ls = self.block_layout(net, STITCH_THREADS, true)?;
+        let l = params(
+            self.ctx.launch(&self.k.stitch),
+            w,
+            s,
+            net,
+            &ls.params_shared,
+        )
+        .value(&s.split_start)
+        .value(&s.split_end)
+        .value(&s.multiplier)
+        .value(&s.cost)
+        .value(&s.slippage)
+        .value(&ls.rows)
+        .input(&self.flat)
+        .input(&self.sess_start)
+        .input(&self.sess_end)
+        .input(&self.sess_chunk)
+        .input(&self.chunk_end)
+        .input(&self.w_target)
+        .input(&self.w_pos)
+        .input(&self.w_entry)
+        .input(&self.w_end_pos)
+        .input(&self.w_end_entry)
+        .output(&mut self.targets);
+        // SAFETY: eval_stitch(WALK_PARAMS, sess_start, sess_end, sess_chunk, chunk_end,
+        // w_target, w_pos, w_entry, w_end_pos, w_end_entry, targets); one block per session,
+        // writing targets of its own rows only; the chunk table covers every session's rows in
+        // order (`prepare`); the walks were queued before on this stream; shared memory as for
+        // eval_chunks.
+        unsafe { l.run(ls.grid(sessions)) }?;
+        if let Some(m) = self.marks.as_mut() {
+            m.mark()?;
+        }
+        Ok(())
+    }
+
+    /// A walking kernel's blocks of `threads` threads: the rows a network pass decides (two
+    /// (row, output) pairs a thread of the widest layer), and the parameters in shared memory
+    /// when `params_shared` is wanted and they fit beside the scratch.
+    fn block_layout(
+        &self,
+        net: &NetOnDevice<'_>,
+        threads: u32,
+        params_shared: bool,
+    ) -> Result<BlockLayout, MemoryError> {
+        let rows = (2 * threads as usize / net.max_width).clamp(1, 32);
+        let scratch = 4 * rows as u64 * (net.obs_dim + 2 * net.max_width + 3) as u64;
+        let params = 4 * (net.params.len() as u64).next_multiple_of(4);
+        let max = u64::from(self.shared_max);
+        if scratch > max {
+            return Err(MemoryError::Config(format!(
+                "layers of {} units are too wide for device evaluation",
+                net.max_width
+            )));
+        }
+        let shared = params_shared && scratch + params <= max;
+        Ok(BlockLayout {
+            threads,
+            rows: rows as u32,
+            params_shared: u32::from(shared),
+            shared_bytes: (scratch + if shared { params } else { 0 }) as u32,
+        })
+    }
+
+    /// Books the decisions of `split` (the queued walk's, or those given) on the device and
+    /// reads the totals back.
+    fn book(
+        &mut self,
+        split: &Range<usize>,
+        capital: f64,
+        given: bool,
+    ) -> Result<DeviceBook, MemoryError> {
+        let w = self.window;
+        let sessions = self.tables.as_ref().expect("prepared").sessions;
+        let (split_start, split_end) = (split.start as u32, split.end as u32);
+        let max_position = i32::from(self.env.max_position);
+        let x = &self.exec;
+        let b = &mut self.book;
+        let l = self
+            .ctx
+            .launch(&self.k.book_sessions)
+            .input(&w.open)
+            .input(&w.close)
+            .input(&w.session)
+            .input(&w.contract)
             .value(&split_start)
             .value(&split_end)
-            .value(&mult)
-            .value(&cost)
-            .value(&slip)
+            .value(&max_position)
+            .value(&x.multiplier)
+            .value(&x.cost_per_side)
+            .value(&x.slippage_price)
             .input(&self.sess_start)
             .input(&self.sess_end)
-            .value(&n_sessions)
-            .input(&self.flat)
-            .output(&mut self.targets);
-        // SAFETY: eval_scan(EVAL_PARAMS, split_start, split_end, multiplier, cost_per_side,
-        // slippage_price, sess_start, sess_end, n_sessions, flat_target, targets); one block per
-        // session, whose rows [sess_start, sess_end) lie in the split and which writes only
-        // targets of its own rows; flat holds the split's flat decisions (written above, same
-        // stream); shared memory as for eval_flat.
+            .value(&sessions)
+            .input(if given { &self.given } else { &self.targets })
+            .output(&mut b.daily)
+            .output(&mut b.n_pnl)
+            .output(&mut b.n_cost)
+            .output(&mut b.trades)
+            .output(&mut b.wins)
+            .output(&mut b.bars)
+            .output(&mut b.contracts)
+            .output(&mut b.pnl)
+            .output(&mut b.seen)
+            .output(&mut b.cost);
+        // SAFETY: book_sessions(open, close, session, contract, split_start, split_end,
+        // max_position, multiplier, cost_per_side, slippage_price, sess_start, sess_end,
+        // n_sessions, targets, daily, n_pnl, n_cost, n_trades, wins, bars, contracts, pnl_out,
+        // seen_out, cost_out); one warp per session (BOOK_WARPS a block, as its static shared
+        // memory is laid out), writing its session's entries and, from its first row relative
+        // to the split, at most its own rows' count of steps; every buffer holds a window's
+        // rows.
         unsafe {
             l.run(Grid {
-                blocks: n_sessions,
-                threads: THREADS,
-                shared_bytes: shared,
+                blocks: sessions.div_ceil(BOOK_WARPS),
+                threads: BOOK_WARPS * 32,
+                shared_bytes: 0,
             })
         }?;
-        Ok(self.ctx.download_prefix(&self.targets, split.len())?)
+        if let Some(m) = self.marks.as_mut() {
+            m.mark()?;
+        }
+        let chain_only = u32::from(self.chain_only);
+        let l = self
+            .ctx
+            .launch(&self.k.book_total)
+            .value(&sessions)
+            .input(&self.sess_start)
+            .value(&split_start)
+            .input(&b.daily)
+            .input(&b.n_pnl)
+            .input(&b.n_cost)
+            .input(&b.trades)
+            .input(&b.wins)
+            .input(&b.bars)
+            .input(&b.contracts)
+            .input(&b.pnl)
+            .input(&b.seen)
+            .input(&b.cost)
+            .value(&capital)
+            .value(&chain_only)
+            .output(&mut b.off_pnl)
+            .output(&mut b.off_cost)
+            .output(&mut b.v)
+            .output(&mut b.f)
+            .output(&mut b.c)
+            .output(&mut b.e)
+            .output(&mut b.out);
+        // SAFETY: book_total(n_sessions, sess_start, split_start, daily, n_pnl, n_cost,
+        // n_trades, wins, bars, contracts, pnl, seen, cost, capital, chain_only, off_pnl,
+        // off_cost, V, F, C, E, out); one block; the counts of book_sessions (queued before)
+        // place every session's steps inside the split's rows; out holds 8 + sessions values.
+        unsafe { l.run(Grid::block(1024)) }?;
+        if let Some(m) = self.marks.as_mut() {
+            m.mark()?;
+        }
+        let out = self.ctx.download_prefix(&b.out, 8 + sessions as usize)?;
+        let bits = |v: f64| v.to_bits();
+        Ok(DeviceBook {
+            capital,
+            bars: split.len(),
+            total_costs: out[0],
+            max_drawdown: out[1],
+            max_drawdown_fraction: out[2],
+            trades: bits(out[3]),
+            winning_trades: bits(out[4]),
+            bars_held: bits(out[5]),
+            contracts_traded: bits(out[6]),
+            parallel_equity: out[7] == 1.0,
+            daily_pnl: out[8..].to_vec(),
+        })
     }
 }
 
-/// The scalars both kernels take after the market buffers.
+/// The scalars of a split's kernels.
 struct Scalars {
     cols: u32,
     lookback: u32,
     max_position: i32,
     upnl_scale: f32,
     tick_size: f64,
+    n_params: u32,
     max_width: u32,
-    rows: u32,
+    split_start: u32,
+    split_end: u32,
+    multiplier: f64,
+    cost: f64,
+    slippage: f64,
+}
+
+fn grid(blocks: u32, l: &Layout) -> Grid {
+    Grid {
+        blocks: blocks.max(1),
+        threads: l.warps * 32,
+        shared_bytes: l.shared_bytes,
+    }
 }
 
 /// Pushes EVAL_PARAMS (kernels/eval.cu) in order.
@@ -221,6 +737,7 @@ fn params<'l>(
     w: &'l DeviceWindow,
     s: &'l Scalars,
     net: &'l NetOnDevice<'_>,
+    params_shared: &'l u32,
 ) -> Launch<'l> {
     l.input(&w.features)
         .input(&w.open)
@@ -234,6 +751,7 @@ fn params<'l>(
         .value(&s.tick_size)
         .input(net.params)
         .input(net.layout)
+        .value(&s.n_params)
+        .value(params_shared)
         .value(&s.max_width)
-        .value(&s.rows)
 }

@@ -42,7 +42,7 @@ pub use epoch::{
 };
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]
-pub use eval::{DeviceEvaluator, NetOnDevice, unsupported_env};
+pub use eval::{CHUNK_BARS, DeviceBook, DeviceEvaluator, NetOnDevice, unsupported_env};
 #[cfg(feature = "cuda")]
 pub use gpu_env::GpuVecEnv;
 #[cfg(feature = "cuda")]

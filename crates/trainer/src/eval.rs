@@ -1,14 +1,15 @@
 //! Judging a network: the decisions of its greedy policy at every bar of a split (validation
 //! every epoch, test once), made on the host here or on the device (foxhunt-memory's
-//! `DeviceEvaluator`), then booked by foxhunt-env's backtest as if the policy had decided bar by
+//! `DeviceEvaluator`), and booked as foxhunt-env's backtest books a policy that decides bar by
 //! bar, beside the baselines.
 //!
-//! Deciding is where the time goes (a network forward per bar) and where the two places differ;
-//! the booking is one piece of code for both, so equal decisions give equal metrics. The greedy
-//! policy is sequential in the position it holds, but a flat trader sees only the bar, and under
-//! flatten-at-close every session starts flat: sessions are walked apart (on threads here, on
-//! blocks on the device), deciding several bars per network pass on the guess that the state
-//! (flat, or the position held) does not change, and stopping at the first bar that trades.
+//! Deciding is where the time goes (a network forward per bar). The greedy policy is sequential
+//! in the position it holds, but a flat trader sees only the bar, and under flatten-at-close
+//! every session starts flat. Here sessions are walked apart on threads: flat decisions are made
+//! many bars a network pass and kept, and in a position several bars are decided a pass on the
+//! guess that it is held, stopping at the first bar that trades. The device (kernels/eval.cu)
+//! also walks chunks of a session in parallel from a flat start and stitches them, and books the
+//! decisions itself; on the host the booking is the backtest's own code.
 
 use std::ops::Range;
 
@@ -84,18 +85,23 @@ pub fn book(
     cfg: &TrainConfig,
     split: Range<usize>,
 ) -> Result<BacktestReport, TrainError> {
+    book_in(targets, market, exec, &cfg.env, split, cfg.capital)
+}
+
+/// [`book`] in environment `env` with `capital`.
+pub(crate) fn book_in(
+    targets: &[i8],
+    market: &MarketData,
+    exec: &Execution,
+    env: &EnvConfig,
+    split: Range<usize>,
+    capital: f64,
+) -> Result<BacktestReport, TrainError> {
     let mut policy = Decided {
         targets,
         start: split.start,
     };
-    Ok(backtest(
-        market,
-        exec,
-        &cfg.env,
-        split,
-        cfg.capital,
-        &mut policy,
-    )?)
+    Ok(backtest(market, exec, env, split, capital, &mut policy)?)
 }
 
 /// The rows walked apart: the split's sessions under flatten-at-close, else the whole split.
@@ -137,6 +143,9 @@ pub fn host_targets(
         .collect()
 }
 
+/// A flat decision not made yet.
+const UNDECIDED: i8 = i8::MIN;
+
 /// The decisions at the bars of `run`, which starts flat (a session, or the whole split).
 fn walk(
     net: &mut HostQNetwork,
@@ -148,13 +157,40 @@ fn walk(
 ) -> Vec<i8> {
     let dim = env.obs_dim(m.cols());
     let mut out = vec![0i8; run.len()];
+    // What a flat trader decides at each bar: made ROWS bars a pass, when the walk is first
+    // flat there, and kept for every later time it is flat there.
+    let mut flat = vec![UNDECIDED; run.len()];
     let mut obs = vec![0f32; ROWS * dim];
     let mut actions = [0usize; ROWS];
     let (mut t, mut position, mut entry) = (run.start, 0i32, 0.0f64);
-    // Bars per pass: doubled while the guess holds, back to one after a trade, so that frequent
-    // trading wastes little.
+    // Bars per pass in a position: doubled while the guess that it is held holds, back to one
+    // after a trade, so that frequent trading wastes little.
     let mut span = 1;
     while t < run.end {
+        if position == 0 {
+            let k = t - run.start;
+            if flat[k] == UNDECIDED {
+                let rows = ROWS.min(run.end - t);
+                for (r, o) in obs.chunks_exact_mut(dim).take(rows).enumerate() {
+                    observe(m, env, x.tick_size, t + r, 0, 0.0, o);
+                }
+                net.greedy_rows(&obs, rows, &mut actions);
+                for (f, &a) in flat[k..k + rows].iter_mut().zip(&actions) {
+                    *f = env.target(a as u8) as i8;
+                }
+            }
+            let target = i32::from(flat[k]);
+            out[k] = flat[k];
+            let tr = transition(m, x, t, split_end, env.session_rule, 0, target);
+            entry = next_entry(entry, 0, &tr);
+            position = tr.position;
+            if tr.terminal {
+                break;
+            }
+            t = tr.next_t;
+            span = 1;
+            continue;
+        }
         let rows = span.min(run.end - t);
         for (r, o) in obs.chunks_exact_mut(dim).take(rows).enumerate() {
             observe(m, env, x.tick_size, t + r, position, entry, o);

@@ -1449,18 +1449,11 @@ impl WindowCtx<'_> {
             let stats = engine.finish_epoch().map_err(|e| fail(e, &prog))?;
             crate::stats::check_finite(&stats, &stat_steps, w.index, epoch)
                 .map_err(|e| fail(e, &prog))?;
-            let val_report = clock
+            let val = clock
                 .time(Phase::Eval, || -> Result<_, TrainError> {
-                    let targets =
-                        engine.greedy_targets(Judged::Current, &data, splits.val.clone())?;
-                    let r = crate::eval::book(
-                        &targets,
-                        data.market,
-                        &self.exec,
-                        cfg,
-                        splits.val.clone(),
-                    )?;
-                    let score = cfg.select.score(&r.metrics);
+                    let metrics =
+                        engine.judge(Judged::Current, &data, splits.val.clone(), cfg.capital)?;
+                    let score = cfg.select.score(&metrics);
                     if prog.best_score.is_none_or(|b| score > b) {
                         // Kept in memory; written outside the timed epoch.
                         best = Some(Best {
@@ -1470,9 +1463,9 @@ impl WindowCtx<'_> {
                         });
                         prog.best_score = Some(score);
                         prog.best_epoch = Some(epoch);
-                        prog.best_validation = Some(r.metrics.clone());
+                        prog.best_validation = Some(metrics.clone());
                     }
-                    Ok(r)
+                    Ok(metrics)
                 })
                 .map_err(|e| fail(e, &prog))?;
             let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, stat_steps.len());
@@ -1480,7 +1473,7 @@ impl WindowCtx<'_> {
                 pt.uploaded_bytes = uploaded;
             }
             tracing::info!("{pt}");
-            let val_pnl = val_report.metrics.total_pnl;
+            let val_pnl = val.total_pnl;
             prog.epochs.push(crate::stats::summarize(
                 epoch,
                 &stats,

@@ -913,10 +913,144 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 );
                 let booked = book(&got, &market, &exec, &cfg, split.clone()).expect("booked");
                 assert_eq!(booked.metrics, reference.metrics, "{name}: metrics");
+                // Decided and booked on the device: the same metrics to the bit, whatever the
+                // chunks the walk is cut into and however the equity is summed.
+                for (chunk, chain) in [
+                    (foxhunt_memory::CHUNK_BARS, false),
+                    (1, true),
+                    (7, false),
+                    (300, true),
+                ] {
+                    ev.set_chunk_bars(chunk);
+                    ev.set_chain_only(chain);
+                    let got = ev.targets(&net, split.clone()).expect("device decisions");
+                    assert_eq!(
+                        want.iter().zip(&got).position(|(a, b)| a != b),
+                        None,
+                        "{name} {split:?}: chunks of {chunk} decide otherwise"
+                    );
+                    let judged = ev.judge(&net, split.clone(), cfg.capital).expect("judged");
+                    assert_eq!(
+                        format!("{judged:?}"),
+                        format!("{:?}", reference.metrics),
+                        "{name} {split:?} chunks of {chunk}, chain {chain}: device metrics"
+                    );
+                }
+                ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
+                ev.set_chain_only(false);
                 compared += 1;
             }
         }
     }
     assert_eq!(compared, 36);
     eprintln!("device greedy evaluation equals the host's in {compared} cases");
+}
+
+/// On a GPU: decisions booked on the device give the host backtest's metrics to the bit, for
+/// decisions of every kind (random, sparse, held for long, flipping, at the position limit),
+/// with costs whose sums are exact in any order (the equity summed in parallel) and costs that
+/// are not (summed as one chain), on the bundled real bars (several contracts, rolls).
+#[cfg(feature = "cuda")]
+#[test]
+fn on_the_gpu_booking_equals_the_host_backtest() {
+    use foxhunt_env::{Costs, EnvConfig, Execution};
+    use foxhunt_memory::{DeviceEvaluator, DevicePool, WindowData};
+    use foxhunt_trainer::eval::book;
+    if !foxhunt_testkit::gpu_tests() {
+        return;
+    }
+    let ctx = foxhunt_gpu::GpuContext::new(0).expect("a GPU");
+    let market = foxhunt_testkit::es_market(foxhunt_testkit::es_real_rows());
+    let n = market.rows();
+    let spec = SpecTable::default().get("ES").expect("ES").clone();
+    let mut parallel = [0, 0];
+    let mut compared = 0;
+    for (max_position, costs) in [
+        (1u8, Costs::default()),
+        (
+            2,
+            Costs {
+                commission: 1.18,
+                slippage_ticks: 0.5,
+            },
+        ),
+        (
+            3,
+            Costs {
+                commission: 0.0,
+                slippage_ticks: 0.0,
+            },
+        ),
+    ] {
+        let env = EnvConfig {
+            max_position,
+            ..EnvConfig::default()
+        };
+        let exec = Execution::new(&spec, costs);
+        let cfg = TrainConfig {
+            env: env.clone(),
+            costs,
+            ..TrainConfig::default()
+        };
+        let mut pool = DevicePool::new(&ctx);
+        let arena = pool
+            .window(&WindowData {
+                market: market.clone(),
+                exec,
+            })
+            .expect("upload");
+        let mut ev = DeviceEvaluator::new(&arena, &env, market.session()).expect("evaluator");
+        let limit = i64::from(max_position);
+        let draw = |seed: u64, t: usize| foxhunt_env::vec_env::mix64(seed ^ (t as u64 * 0x9E37));
+        /// A kind of decisions: the target at bar t.
+        type Decide = Box<dyn Fn(usize) -> i8>;
+        let kinds: [(&str, Decide); 5] = [
+            (
+                "random",
+                Box::new(move |t| ((draw(1, t) % (2 * limit as u64 + 1)) as i64 - limit) as i8),
+            ),
+            (
+                "sparse",
+                Box::new(move |t| if draw(2, t) % 50 == 0 { 1 } else { 0 }),
+            ),
+            (
+                "held",
+                Box::new(move |t| if (t / 400) % 3 == 0 { 0 } else { limit as i8 }),
+            ),
+            (
+                "flips",
+                Box::new(move |t| {
+                    if (t / 7) % 2 == 0 {
+                        -(limit as i8)
+                    } else {
+                        limit as i8
+                    }
+                }),
+            ),
+            (
+                "beyond the limit",
+                Box::new(move |t| (draw(3, t) % 9) as i8 - 4),
+            ),
+        ];
+        for (name, kind) in &kinds {
+            for split in [0..n, 3..n / 2, n / 2..n - 1, 100..101, 500..503] {
+                let targets: Vec<i8> = split.clone().map(kind).collect();
+                let host = book(&targets, &market, &exec, &cfg, split.clone()).expect("host");
+                let dev = ev
+                    .book_targets(&targets, split.clone(), cfg.capital)
+                    .expect("device");
+                assert_eq!(
+                    format!("{:?}", dev.metrics()),
+                    format!("{:?}", host.metrics),
+                    "{name} {split:?} max {max_position} {costs:?}"
+                );
+                assert_eq!(dev.daily_pnl, host.daily_pnl, "{name}: daily PnL");
+                parallel[usize::from(dev.parallel_equity)] += 1;
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 75);
+    // Both ways of summing the equity were taken.
+    assert!(parallel[0] > 0 && parallel[1] > 0, "{parallel:?}");
 }

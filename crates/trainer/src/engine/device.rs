@@ -17,7 +17,7 @@ use foxhunt_dqn::fused::{
     FusedDqn, TargetStep, activation_code, device_eval_unsupported, layout_words, update_terms,
 };
 use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, Snapshot, UpdateStats};
-use foxhunt_env::EnvConfig;
+use foxhunt_env::{EnvConfig, Metrics};
 use foxhunt_gpu::{DeviceBatch, DeviceBuffer, EventMarks, GpuContext};
 use foxhunt_memory::{
     DeviceEvaluator, DevicePool, DeviceReplay, EpochKernel, GpuArena, GpuVecEnv, LearnRule,
@@ -191,7 +191,36 @@ pub fn learn_rule(cfg: &AgentConfig, explore_seed: u64) -> LearnRule {
     }
 }
 
-impl DeviceEngine<'_, '_> {
+impl<'a> DeviceEngine<'a, '_> {
+    /// The device's evaluator and the network `which` on the device, where the device decides
+    /// exactly as the host (`None`: the host decides).
+    fn device_eval(
+        &mut self,
+        which: Judged<'_>,
+    ) -> Result<Option<(&mut DeviceEvaluator<'a>, NetOnDevice<'_>)>, TrainError> {
+        let Some(DeviceEval {
+            evaluator,
+            max_width,
+            kept,
+        }) = self.eval.as_mut()
+        else {
+            return Ok(None);
+        };
+        let params = match which {
+            Judged::Current => self.fused.online_params(),
+            Judged::Kept(s) => {
+                self.ctx.write(kept, &s.state.online)?;
+                &*kept
+            }
+        };
+        let net = NetOnDevice {
+            params,
+            layout: self.fused.layout_words(),
+            obs_dim: self.agent.config().obs_dim,
+            max_width: *max_width,
+        };
+        Ok(Some((evaluator, net)))
+    }
     /// The one-launch epoch's plan of `plan`'s steps: what the eager loop decides step by step,
     /// decided ahead (the exploration rate before the step is counted, the learning gate on
     /// the ring's rows after the step, the update's terms), so that the device runs the epoch
@@ -391,24 +420,35 @@ impl Engine for DeviceEngine<'_, '_> {
         data: &EvalData<'_>,
         split: Range<usize>,
     ) -> Result<Vec<i8>, TrainError> {
-        let Some(e) = self.eval.as_mut() else {
+        match self.device_eval(which)? {
+            Some((e, net)) => Ok(e.targets(&net, split)?),
             // Not exact on the device for this network or environment: the host decides.
-            return super::host_greedy_targets(self, which, data, split);
-        };
-        let params = match which {
-            Judged::Current => self.fused.online_params(),
-            Judged::Kept(s) => {
-                self.ctx.write(&mut e.kept, &s.state.online)?;
-                &e.kept
+            None => super::host_greedy_targets(self, which, data, split),
+        }
+    }
+
+    fn judge(
+        &mut self,
+        which: Judged<'_>,
+        data: &EvalData<'_>,
+        split: Range<usize>,
+        capital: f64,
+    ) -> Result<Metrics, TrainError> {
+        match self.device_eval(which)? {
+            Some((e, net)) => Ok(e.judge(&net, split, capital)?),
+            None => {
+                let targets = super::host_greedy_targets(self, which, data, split.clone())?;
+                Ok(crate::eval::book_in(
+                    &targets,
+                    data.market,
+                    data.exec,
+                    data.env,
+                    split,
+                    capital,
+                )?
+                .metrics)
             }
-        };
-        let net = NetOnDevice {
-            params,
-            layout: self.fused.layout_words(),
-            obs_dim: self.agent.config().obs_dim,
-            max_width: e.max_width,
-        };
-        Ok(e.evaluator.targets(&net, split)?)
+        }
     }
 
     fn timing(&self) -> Timing {

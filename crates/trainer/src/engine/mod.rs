@@ -17,7 +17,7 @@ use std::ops::Range;
 use burn::tensor::backend::AutodiffBackend;
 use foxhunt_dqn::model::HostQNetwork;
 use foxhunt_dqn::{AgentConfig, DqnAgent, Snapshot, UpdateStats};
-use foxhunt_env::{EnvConfig, Execution, MarketData};
+use foxhunt_env::{EnvConfig, Execution, MarketData, Metrics};
 
 use crate::TrainError;
 use crate::phase::{DeviceMarks, Phase, PhaseClock};
@@ -109,6 +109,24 @@ pub(crate) trait Engine {
         split: Range<usize>,
     ) -> Result<Vec<i8>, TrainError> {
         host_greedy_targets(self, which, data, split)
+    }
+
+    /// The metrics of the greedy policy of `which` backtested over `split` with `capital`:
+    /// exactly the metrics of foxhunt-env's backtest of [`Engine::greedy_targets`]' decisions
+    /// (the validation of every epoch, which needs no more than the metrics). Booked on the
+    /// host by default; an engine whose device decides may book there too.
+    fn judge(
+        &mut self,
+        which: Judged<'_>,
+        data: &EvalData<'_>,
+        split: Range<usize>,
+        capital: f64,
+    ) -> Result<Metrics, TrainError> {
+        let targets = self.greedy_targets(which, data, split.clone())?;
+        Ok(
+            crate::eval::book_in(&targets, data.market, data.exec, data.env, split, capital)?
+                .metrics,
+        )
     }
 
     /// Bytes of window data the engine uploaded when it was made (its own arena).
