@@ -105,20 +105,32 @@ __device__ __forceinline__ void warp_dense_wide(const float* p, u64 w_off, u64 b
     }
 }
 
-// The same for a narrow layer (a head's few outputs): a lane per (row, output).
-__device__ __forceinline__ void warp_dense_narrow(const float* p, u64 w_off, u64 b_off, u32 d_in,
-                                                  u32 d_out, const float* x, float* y, u32 rows,
-                                                  u32 lane) {
+// The threads that decide together: a warp (eval_flat) or a block (the walks).
+struct Warp {
+    u32 rank;
+    __device__ __forceinline__ u32 size() const { return 32; }
+    __device__ __forceinline__ void sync() const { __syncwarp(); }
+};
+struct Block {
+    u32 rank;
+    __device__ __forceinline__ u32 size() const { return blockDim.x; }
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
+// A narrow layer (a head's few outputs) by group g: a thread per (row, output), each one sum in
+// the host's order.
+template <class G>
+__device__ __forceinline__ void dense_narrow(const G& g, const float* p, u64 w_off, u64 b_off,
+                                             u32 d_in, u32 d_out, const float* x, float* y,
+                                             u32 rows) {
     const float* w = p + w_off;
     const float* bias = p + b_off;
-    for (u32 k = lane; k < rows * d_out; k += 32) {
+    for (u32 k = g.rank; k < rows * d_out; k += g.size()) {
         u32 r = k / d_out, o = k % d_out;
         const float* xr = x + (u64)r * d_in;
         float acc = bias[o];
-        for (u32 i = 0; i < d_in; ++i) {
-            float xv = xr[i];
-            if (xv != 0.0f) acc = acc + xv * w[(u64)i * d_out + o];
-        }
+#pragma unroll 4
+        for (u32 i = 0; i < d_in; ++i) acc = acc + xr[i] * w[(u64)i * d_out + o];
         y[(u64)r * d_out + o] = acc;
     }
 }
@@ -128,7 +140,7 @@ __device__ __forceinline__ void warp_dense(const float* p, u64 w_off, u64 b_off,
                                            u32 d_out, const float* x, float* y, u32 rows,
                                            u32 lane) {
     if (d_out * rows <= 32 || d_out < 16)
-        warp_dense_narrow(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+        dense_narrow(Warp{lane}, p, w_off, b_off, d_in, d_out, x, y, rows);
     else if (d_out <= 32)
         warp_dense_wide<R, 1>(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
     else if (d_out <= 64)
@@ -142,14 +154,15 @@ __device__ __forceinline__ void warp_dense(const float* p, u64 w_off, u64 b_off,
                                           y + (u64)r0 * d_out, min(2u, rows - r0), lane);
 }
 
-// Layer norm (when on) then ReLU over `rows` rows of width `width`, in place, as the host: mean
-// and variance summed in order by one lane per row (from -0.0, as Rust's f32 sum), then
-// ((v - mean) * inv) * gamma + beta, then max(v, 0).
-__device__ __forceinline__ void warp_post(const float* p, int use_norm, u64 g_off, u64 b_off,
-                                          float* y, u32 rows, u32 width, float* stat, u32 lane) {
+// Layer norm (when on) then ReLU over `rows` rows of width `width`, in place, as the host, by
+// group g: mean and variance summed in order by one thread per row (from -0.0, as Rust's f32
+// sum), then ((v - mean) * inv) * gamma + beta, then max(v, 0).
+template <class G>
+__device__ __forceinline__ void post(const G& g, const float* p, int use_norm, u64 g_off,
+                                     u64 b_off, float* y, u32 rows, u32 width, float* stat) {
     if (use_norm) {
-        if (lane < rows) {
-            const float* yr = y + (u64)lane * width;
+        for (u32 r = g.rank; r < rows; r += g.size()) {
+            const float* yr = y + (u64)r * width;
             float n = (float)width;
             float s = -0.0f;
             for (u32 j = 0; j < width; ++j) s = s + yr[j];
@@ -160,20 +173,20 @@ __device__ __forceinline__ void warp_post(const float* p, int use_norm, u64 g_of
                 v = v + d * d;
             }
             v = v / n;
-            stat[2 * lane] = mean;
-            stat[2 * lane + 1] = 1.0f / sqrtf(v + 1e-5f);
+            stat[2 * r] = mean;
+            stat[2 * r + 1] = 1.0f / sqrtf(v + 1e-5f);
         }
-        __syncwarp();
+        g.sync();
         const float* gamma = p + g_off;
         const float* beta = p + b_off;
-        for (u32 k = lane; k < rows * width; k += 32) {
+        for (u32 k = g.rank; k < rows * width; k += g.size()) {
             u32 r = k / width, j = k % width;
             y[k] = fmaxf((y[k] - stat[2 * r]) * stat[2 * r + 1] * gamma[j] + beta[j], 0.0f);
         }
     } else {
-        for (u32 k = lane; k < rows * width; k += 32) y[k] = fmaxf(y[k], 0.0f);
+        for (u32 k = g.rank; k < rows * width; k += g.size()) y[k] = fmaxf(y[k], 0.0f);
     }
-    __syncwarp();
+    g.sync();
 }
 
 // A warp's scratch: R observations, two sets of R rows of the widest layer, statistics, actions.
@@ -200,36 +213,37 @@ __device__ __forceinline__ WarpScratch warp_scratch(float* base, u32 warp, u32 d
     return s;
 }
 
-// The greedy actions of the `rows` (<= R) observations in s.x into s.act, by one warp.
-template <int R>
-__device__ __forceinline__ void warp_greedy(const Net& n, const WarpScratch& s, u32 rows, u32 lane) {
+// The greedy actions of the `rows` observations in s.x into s.act, by group g; `dense(w_off,
+// b_off, d_in, d_out, x, y)` is the group's pass of a hidden layer over those rows.
+template <class G, class Dense>
+__device__ __forceinline__ void greedy(const G& g, const Net& n, const WarpScratch& s, u32 rows,
+                                       Dense dense) {
     u32 L = net_hidden(n);
     int use_norm = (int)n.w[3];
     const float* in = s.x;
     float* out = s.a;
     for (u32 l = 0; l < L; ++l) {
         const unsigned long long* d = net_layer(n, l);
-        warp_dense<R>(n.p, d[0], d[1], (u32)d[2], (u32)d[3], in, out, rows, lane);
-        __syncwarp();
-        warp_post(n.p, use_norm, d[4], d[5], out, rows, (u32)d[3], s.stat, lane);
+        dense(d[0], d[1], (u32)d[2], (u32)d[3], in, out);
+        g.sync();
+        post(g, n.p, use_norm, d[4], d[5], out, rows, (u32)d[3], s.stat);
         in = out;
         out = (out == s.a) ? s.b : s.a;
     }
     const unsigned long long* h = net_head(n);
     u32 actions = (u32)h[3];
     // The Q (or advantage) head into `out`, the value head after it.
-    warp_dense_narrow(n.p, h[0], h[1], (u32)h[2], actions, in, out, rows, lane);
+    dense_narrow(g, n.p, h[0], h[1], (u32)h[2], actions, in, out, rows);
     int dueling = (int)n.w[4];
     if (dueling) {
         const unsigned long long* v = h + 4;
-        warp_dense_narrow(n.p, v[0], v[1], (u32)v[2], 1, in, out + (u64)rows * actions, rows,
-                          lane);
+        dense_narrow(g, n.p, v[0], v[1], (u32)v[2], 1, in, out + (u64)rows * actions, rows);
     }
-    __syncwarp();
-    if (lane < rows) {
-        float* q = out + (u64)lane * actions;
+    g.sync();
+    for (u32 r = g.rank; r < rows; r += g.size()) {
+        float* q = out + (u64)r * actions;
         if (dueling) {
-            float val = out[(u64)rows * actions + lane];
+            float val = out[(u64)rows * actions + r];
             float sum = -0.0f;
             for (u32 j = 0; j < actions; ++j) sum = sum + q[j];
             float mean = sum / (float)actions;
@@ -238,9 +252,9 @@ __device__ __forceinline__ void warp_greedy(const Net& n, const WarpScratch& s, 
         u32 best = 0;
         for (u32 j = 1; j < actions; ++j)
             if (q[j] > q[best]) best = j;
-        s.act[lane] = (int)best;
+        s.act[r] = (int)best;
     }
-    __syncwarp();
+    g.sync();
 }
 
 // The host's EnvConfig::target: action a means a - max_position contracts.
@@ -296,7 +310,10 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
             observe(m, lookback, max_position, upnl_scale, tick_size, first + r, 0, 0.0,
                     s.x + (u64)r * dim, lane, 32);
         __syncwarp();
-        warp_greedy<EVAL_R>(n, s, rows, lane);
+        greedy(Warp{lane}, n, s, rows,
+               [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
+                   warp_dense<EVAL_R>(n.p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+               });
         if (lane < rows)
             flat_target[first + lane - split_start] =
                 (signed char)action_target(s.act[lane], max_position);
@@ -336,81 +353,6 @@ __device__ __forceinline__ void block_dense(const float* p, u64 w_off, u64 b_off
         for (int j = 0; j < P; ++j)
             if (k0 + j * T < n) y[k0 + j * T] = acc[j];
     }
-}
-
-// Layer norm (when on) then ReLU over `rows` rows of width `width`, in place, as warp_post, by
-// the whole block.
-__device__ __forceinline__ void block_post(const float* p, int use_norm, u64 g_off, u64 b_off,
-                                           float* y, u32 rows, u32 width, float* stat) {
-    if (use_norm) {
-        for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
-            const float* yr = y + (u64)r * width;
-            float n = (float)width;
-            float s = -0.0f;
-            for (u32 j = 0; j < width; ++j) s = s + yr[j];
-            float mean = s / n;
-            float v = -0.0f;
-            for (u32 j = 0; j < width; ++j) {
-                float d = yr[j] - mean;
-                v = v + d * d;
-            }
-            v = v / n;
-            stat[2 * r] = mean;
-            stat[2 * r + 1] = 1.0f / sqrtf(v + 1e-5f);
-        }
-        __syncthreads();
-        const float* gamma = p + g_off;
-        const float* beta = p + b_off;
-        for (u32 k = threadIdx.x; k < rows * width; k += blockDim.x) {
-            u32 r = k / width, j = k % width;
-            y[k] = fmaxf((y[k] - stat[2 * r]) * stat[2 * r + 1] * gamma[j] + beta[j], 0.0f);
-        }
-    } else {
-        for (u32 k = threadIdx.x; k < rows * width; k += blockDim.x) y[k] = fmaxf(y[k], 0.0f);
-    }
-    __syncthreads();
-}
-
-// The greedy actions of the `rows` observations in s.x into s.act, by the whole block (s is
-// the block's scratch, laid out as a warp's with `rows` rows).
-template <int P>
-__device__ __forceinline__ void block_greedy(const Net& n, const WarpScratch& s, u32 rows) {
-    u32 L = net_hidden(n);
-    int use_norm = (int)n.w[3];
-    const float* in = s.x;
-    float* out = s.a;
-    for (u32 l = 0; l < L; ++l) {
-        const unsigned long long* d = net_layer(n, l);
-        block_dense<P>(n.p, d[0], d[1], (u32)d[2], (u32)d[3], in, out, rows);
-        __syncthreads();
-        block_post(n.p, use_norm, d[4], d[5], out, rows, (u32)d[3], s.stat);
-        in = out;
-        out = (out == s.a) ? s.b : s.a;
-    }
-    const unsigned long long* h = net_head(n);
-    u32 actions = (u32)h[3];
-    block_dense<1>(n.p, h[0], h[1], (u32)h[2], actions, in, out, rows);
-    int dueling = (int)n.w[4];
-    if (dueling) {
-        const unsigned long long* v = h + 4;
-        block_dense<1>(n.p, v[0], v[1], (u32)v[2], 1, in, out + (u64)rows * actions, rows);
-    }
-    __syncthreads();
-    for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
-        float* q = out + (u64)r * actions;
-        if (dueling) {
-            float val = out[(u64)rows * actions + r];
-            float sum = -0.0f;
-            for (u32 j = 0; j < actions; ++j) sum = sum + q[j];
-            float mean = sum / (float)actions;
-            for (u32 j = 0; j < actions; ++j) q[j] = val + q[j] - mean;
-        }
-        u32 best = 0;
-        for (u32 j = 1; j < actions; ++j)
-            if (q[j] > q[best]) best = j;
-        s.act[r] = (int)best;
-    }
-    __syncthreads();
 }
 
 // Floats of a block's scratch for `rows` rows.
@@ -528,7 +470,10 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
             s_mentry[threadIdx.x] = io.merge_entry[t0 + threadIdx.x - base];
         }
         __syncthreads();
-        block_greedy<P>(n, s, rows);
+        greedy(Block{threadIdx.x}, n, s, rows,
+               [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
+                   block_dense<P>(n.p, w_off, b_off, d_in, d_out, x, y, rows);
+               });
         if (threadIdx.x == 0) {
             u32 t = t0;
             int p = pos;

@@ -438,15 +438,7 @@ impl Engine for DeviceEngine<'_, '_> {
             Some((e, net)) => Ok(e.judge(&net, split, capital)?),
             None => {
                 let targets = super::host_greedy_targets(self, which, data, split.clone())?;
-                Ok(crate::eval::book_in(
-                    &targets,
-                    data.market,
-                    data.exec,
-                    data.env,
-                    split,
-                    capital,
-                )?
-                .metrics)
+                super::book_metrics(&targets, data, split, capital)
             }
         }
     }

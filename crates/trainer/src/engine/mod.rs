@@ -123,10 +123,7 @@ pub(crate) trait Engine {
         capital: f64,
     ) -> Result<Metrics, TrainError> {
         let targets = self.greedy_targets(which, data, split.clone())?;
-        Ok(
-            crate::eval::book_in(&targets, data.market, data.exec, data.env, split, capital)?
-                .metrics,
-        )
+        book_metrics(&targets, data, split, capital)
     }
 
     /// Bytes of window data the engine uploaded when it was made (its own arena).
@@ -194,6 +191,17 @@ pub(crate) fn host_greedy_targets<E: Engine + ?Sized>(
         data.env,
         split,
     ))
+}
+
+/// The metrics of the backtest of `targets` over `split` with `capital`, booked on the host.
+pub(crate) fn book_metrics(
+    targets: &[i8],
+    data: &EvalData<'_>,
+    split: Range<usize>,
+    capital: f64,
+) -> Result<Metrics, TrainError> {
+    let r = crate::eval::book_in(targets, data.market, data.exec, data.env, split, capital)?;
+    Ok(r.metrics)
 }
 
 /// Made by [`Engine::timing`] for a window's phase clock.
