@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use foxhunt_env::{EnvConfig, Execution, MetricParts, Metrics, SessionRule};
-use foxhunt_gpu::{DeviceBuffer, EventMarks, GpuContext, Grid, Kernel, Launch, Module};
+use foxhunt_gpu::{DeviceBuffer, Elem, EventMarks, GpuContext, Grid, Kernel, Launch, Module};
 
 use crate::MemoryError;
 use crate::device::{DeviceWindow, OnStream};
@@ -172,27 +172,61 @@ struct BookBuffers {
 }
 
 impl BookBuffers {
-    fn new(ctx: &GpuContext, rows: usize) -> Result<Self, MemoryError> {
+    fn new(ctx: &GpuContext) -> Result<Self, MemoryError> {
         Ok(Self {
-            daily: ctx.alloc(rows)?,
-            n_pnl: ctx.alloc(rows)?,
-            n_cost: ctx.alloc(rows)?,
-            trades: ctx.alloc(rows)?,
-            wins: ctx.alloc(rows)?,
-            bars: ctx.alloc(rows)?,
-            contracts: ctx.alloc(rows)?,
-            pnl: ctx.alloc(rows)?,
-            seen: ctx.alloc(rows)?,
-            cost: ctx.alloc(rows)?,
-            off_pnl: ctx.alloc(rows)?,
-            off_cost: ctx.alloc(rows)?,
-            v: ctx.alloc(rows)?,
-            f: ctx.alloc(rows)?,
-            c: ctx.alloc(rows)?,
-            e: ctx.alloc(rows)?,
-            out: ctx.alloc(rows + 8)?,
+            daily: ctx.alloc(0)?,
+            n_pnl: ctx.alloc(0)?,
+            n_cost: ctx.alloc(0)?,
+            trades: ctx.alloc(0)?,
+            wins: ctx.alloc(0)?,
+            bars: ctx.alloc(0)?,
+            contracts: ctx.alloc(0)?,
+            pnl: ctx.alloc(0)?,
+            seen: ctx.alloc(0)?,
+            cost: ctx.alloc(0)?,
+            off_pnl: ctx.alloc(0)?,
+            off_cost: ctx.alloc(0)?,
+            v: ctx.alloc(0)?,
+            f: ctx.alloc(0)?,
+            c: ctx.alloc(0)?,
+            e: ctx.alloc(0)?,
+            out: ctx.alloc(0)?,
         })
     }
+
+    /// Room for a split of `bars` bars in `sessions` sessions.
+    fn fit(&mut self, ctx: &GpuContext, bars: usize, sessions: usize) -> Result<(), MemoryError> {
+        fit(ctx, &mut self.pnl, bars)?;
+        fit(ctx, &mut self.seen, bars)?;
+        fit(ctx, &mut self.cost, bars)?;
+        fit(ctx, &mut self.v, bars)?;
+        fit(ctx, &mut self.f, bars)?;
+        fit(ctx, &mut self.c, bars)?;
+        fit(ctx, &mut self.e, bars)?;
+        fit(ctx, &mut self.daily, sessions)?;
+        fit(ctx, &mut self.n_pnl, sessions)?;
+        fit(ctx, &mut self.n_cost, sessions)?;
+        fit(ctx, &mut self.trades, sessions)?;
+        fit(ctx, &mut self.wins, sessions)?;
+        fit(ctx, &mut self.bars, sessions)?;
+        fit(ctx, &mut self.contracts, sessions)?;
+        fit(ctx, &mut self.off_pnl, sessions)?;
+        fit(ctx, &mut self.off_cost, sessions)?;
+        fit(ctx, &mut self.out, sessions + 8)
+    }
+}
+
+/// Makes `buf` hold at least `len` elements: a new (zeroed) buffer when it has room for fewer.
+/// The evaluation's buffers grow to the largest split asked about, not to the window.
+fn fit<T: Elem>(
+    ctx: &GpuContext,
+    buf: &mut DeviceBuffer<T>,
+    len: usize,
+) -> Result<(), MemoryError> {
+    if buf.capacity() < len {
+        *buf = ctx.alloc(len)?;
+    }
+    Ok(())
 }
 
 /// A walking kernel's blocks: threads, the rows a network pass decides, and whether the
@@ -260,20 +294,21 @@ impl<'a> DeviceEvaluator<'a> {
             sms: ctx.sm_count()?,
             shared_max,
             k,
-            flat: ctx.alloc(rows)?,
-            targets: ctx.alloc(rows)?,
-            given: ctx.alloc(rows)?,
-            w_target: ctx.alloc(rows)?,
-            w_pos: ctx.alloc(rows)?,
-            w_entry: ctx.alloc(rows)?,
-            chunk_start: ctx.alloc(rows)?,
-            chunk_end: ctx.alloc(rows)?,
-            w_end_pos: ctx.alloc(rows)?,
-            w_end_entry: ctx.alloc(rows)?,
-            sess_start: ctx.alloc(rows)?,
-            sess_end: ctx.alloc(rows)?,
-            sess_chunk: ctx.alloc(rows)?,
-            book: BookBuffers::new(&ctx, rows)?,
+            // Sized for a split when the first is asked about (`prepare`).
+            flat: ctx.alloc(0)?,
+            targets: ctx.alloc(0)?,
+            given: ctx.alloc(0)?,
+            w_target: ctx.alloc(0)?,
+            w_pos: ctx.alloc(0)?,
+            w_entry: ctx.alloc(0)?,
+            chunk_start: ctx.alloc(0)?,
+            chunk_end: ctx.alloc(0)?,
+            w_end_pos: ctx.alloc(0)?,
+            w_end_entry: ctx.alloc(0)?,
+            sess_start: ctx.alloc(0)?,
+            sess_end: ctx.alloc(0)?,
+            sess_chunk: ctx.alloc(0)?,
+            book: BookBuffers::new(&ctx)?,
             window: arena.buffers(),
             exec: *arena.exec(),
             env: env.clone(),
@@ -398,6 +433,26 @@ impl<'a> DeviceEvaluator<'a> {
                 t = u;
             }
         }
+        let (ctx, n) = (&self.ctx, split.len());
+        for b in [&mut self.flat, &mut self.targets, &mut self.given] {
+            fit(ctx, b, n)?;
+        }
+        fit(ctx, &mut self.w_target, n)?;
+        fit(ctx, &mut self.w_pos, n)?;
+        fit(ctx, &mut self.w_entry, n)?;
+        for b in [&mut self.chunk_start, &mut self.chunk_end] {
+            fit(ctx, b, c_start.len())?;
+        }
+        fit(ctx, &mut self.w_end_pos, c_start.len())?;
+        fit(ctx, &mut self.w_end_entry, c_start.len())?;
+        for b in [
+            &mut self.sess_start,
+            &mut self.sess_end,
+            &mut self.sess_chunk,
+        ] {
+            fit(ctx, b, starts.len())?;
+        }
+        self.book.fit(ctx, n, starts.len())?;
         self.ctx.write(&mut self.sess_start, &starts)?;
         self.ctx.write(&mut self.sess_end, &ends)?;
         self.ctx.write(&mut self.sess_chunk, &first_chunk)?;

@@ -33,6 +33,14 @@ mod gpu_env;
 mod replay;
 
 pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
+
+/// Device bytes the greedy evaluation (`DeviceEvaluator`) holds per bar of the largest split it
+/// is asked about: the flat decisions, the walk's decisions, the given and final ones, the walk's
+/// position (1 byte each), its entry price (8), the booking's step PnL, cost, their gathered
+/// copies and the equity (8 each), two point flags (1 each), and a little more for the chunk and
+/// session tables (a chunk's 17 bytes over its 64 bars and more, a session's 76 over its
+/// hundreds).
+pub const EVAL_BYTES_PER_BAR: usize = 56;
 #[cfg(feature = "cuda")]
 pub use device::{DevicePool, DeviceWindow, GpuArena, OnStream};
 #[cfg(feature = "cuda")]

@@ -81,7 +81,11 @@ const EPOCH_BLOCKS: f64 = 132.0;
 /// What one device-engine agent holds on the GPU: (what, bytes). The replay ring stores a step
 /// by index (bar, position, entry, action, reward, done), not its observations.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn device_estimate(cfg: &TrainConfig, feature_cols: usize) -> Vec<(String, f64)> {
+pub(crate) fn device_estimate(
+    cfg: &TrainConfig,
+    feature_cols: usize,
+    eval_bars: usize,
+) -> Vec<(String, f64)> {
     let obs = cfg.env.lookback as f64 * feature_cols as f64 + 2.0;
     let host = estimate(cfg, feature_cols);
     let params = host[0].1 / (PARAM_COPIES * 4.0);
@@ -106,6 +110,14 @@ pub(crate) fn device_estimate(cfg: &TrainConfig, feature_cols: usize) -> Vec<(St
                  (2 x {obs:.0} + 5) floats (envs, batch_size)"
             ),
             envs * (obs * 4.0 + 32.0) + batch * (2.0 * obs + 5.0) * 4.0,
+        ),
+        (
+            format!(
+                "greedy evaluation: {eval_bars} bars (the largest validation or test split) x {} \
+                 bytes",
+                foxhunt_memory::EVAL_BYTES_PER_BAR
+            ),
+            eval_bars as f64 * foxhunt_memory::EVAL_BYTES_PER_BAR as f64,
         ),
     ]
 }
@@ -135,11 +147,12 @@ pub(crate) fn check(
 pub(crate) fn check_device(
     cfg: &TrainConfig,
     feature_cols: usize,
+    eval_bars: usize,
     agents: usize,
     free: f64,
 ) -> Result<(), TrainError> {
     check_parts(
-        &device_estimate(cfg, feature_cols),
+        &device_estimate(cfg, feature_cols, eval_bars),
         "GPU memory",
         1,
         agents,
@@ -244,10 +257,16 @@ mod tests {
             "{e}"
         );
         // A population on one GPU: each member's device state, with the arithmetic.
-        let one: f64 = device_estimate(&cfg, 15).iter().map(|p| p.1).sum();
+        let one: f64 = device_estimate(&cfg, 15, 30_000).iter().map(|p| p.1).sum();
         assert!(one < total, "the ring holds indices, not observations");
-        check_device(&cfg, 15, 16, 16.0 * one).expect("sixteen fit exactly");
-        let e = check_device(&cfg, 15, 16, 15.0 * one)
+        check_device(&cfg, 15, 30_000, 16, 16.0 * one).expect("sixteen fit exactly");
+        // The evaluation of a year's split is counted too.
+        let year: f64 = device_estimate(&cfg, 15, 350_000).iter().map(|p| p.1).sum();
+        assert_eq!(
+            year - one,
+            320_000.0 * foxhunt_memory::EVAL_BYTES_PER_BAR as f64
+        );
+        let e = check_device(&cfg, 15, 30_000, 16, 15.0 * one)
             .expect_err("sixteen do not fit in fifteen's memory")
             .to_string();
         assert!(

@@ -320,11 +320,19 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         crate::budget::available_memory(),
     )?;
     #[cfg(feature = "cuda")]
+    // The largest split a window evaluates: what the device's evaluation holds.
+    let eval_bars = owned
+        .iter()
+        .map(|w| w.val.rows.len().max(w.test.rows.len()))
+        .max()
+        .unwrap_or(0);
+    #[cfg(feature = "cuda")]
     // A device's workers share its memory: one check per device.
     for ctx in slots.iter().flatten().step_by(opts.workers_per_device) {
         crate::budget::check_device(
             heaviest,
             cols,
+            eval_bars,
             opts.workers_per_device * at_once,
             ctx.free_memory()? as f64,
         )?;
