@@ -669,7 +669,13 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
 /// the agent a CPU run of the profile configuration keeps as best: the bar-by-bar backtest as
 /// before, the host's rewrite, and (cuda) the device's decisions, side by side in one run, each
 /// checked to decide and book the same.
-pub fn eval(root: &Path, device: &str, reps: usize, chunks: &[usize]) -> Result<()> {
+pub fn eval(
+    root: &Path,
+    device: &str,
+    reps: usize,
+    chunks: &[usize],
+    stitch: &[String],
+) -> Result<()> {
     use foxhunt_dqn::model::HostQNetwork;
     use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};
     use foxhunt_trainer::eval::{BarByBar, book, host_targets};
@@ -794,6 +800,7 @@ pub fn eval(root: &Path, device: &str, reps: usize, chunks: &[usize]) -> Result<
                     &want,
                     reps,
                     chunks,
+                    stitch,
                 )?;
             }
         }
@@ -811,7 +818,7 @@ pub fn eval(root: &Path, device: &str, reps: usize, chunks: &[usize]) -> Result<
 }
 
 /// The device's decisions and metrics of `agent` over `split`, for each walk chunk size in
-/// `chunks`: median microseconds to decide (read back included), to judge (decide and book on
+/// `chunks` and stitch team in `stitch`: median microseconds to decide (read back included), to judge (decide and book on
 /// the device, metrics read back), to judge with the equity as one chain, and to decide and book
 /// on the host; each checked against the bar-by-bar decisions and metrics.
 #[cfg(feature = "cuda")]
@@ -827,9 +834,25 @@ fn device_eval(
     want: &foxhunt_env::BacktestReport,
     reps: usize,
     chunks: &[usize],
+    stitch: &[String],
 ) -> Result<()> {
     use foxhunt_gpu::GpuContext;
-    use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, WindowData};
+    use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, Stitch, WindowData};
+    let stitches = stitch
+        .iter()
+        .map(|s| -> Result<(String, Option<Stitch>)> {
+            if s == "auto" {
+                return Ok((s.clone(), None));
+            }
+            let parsed = s
+                .split_once(':')
+                .and_then(|(t, r)| Some((t.parse().ok()?, r.parse().ok()?)));
+            let Some((team, rows)) = parsed else {
+                anyhow::bail!("--stitch {s}: expected auto or BLOCKS:ROWS");
+            };
+            Ok((s.clone(), Some(Stitch { team, rows })))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let ctx = GpuContext::new(0)?;
     let mut pool = DevicePool::new(&ctx);
     let arena = pool.window(&WindowData {
@@ -856,20 +879,24 @@ fn device_eval(
         }
         Ok(summarize(&mut us).0)
     };
-    for &chunk in chunks {
+    for (&chunk, (label, team)) in chunks
+        .iter()
+        .flat_map(|c| stitches.iter().map(move |s| (c, s)))
+    {
         ev.set_chunk_bars(chunk);
+        ev.set_stitch(*team)?;
         let targets = ev.targets(&net, split.clone())?;
         anyhow::ensure!(
             targets
                 .iter()
                 .zip(decided)
                 .all(|(&a, &b)| i32::from(a) == b),
-            "chunks of {chunk}: the device decides otherwise than bar by bar"
+            "chunks of {chunk}, stitch {label}: the device decides otherwise than bar by bar"
         );
         let judged = ev.judge(&net, split.clone(), cfg.capital)?;
         anyhow::ensure!(
             format!("{judged:?}") == format!("{:?}", want.metrics),
-            "chunks of {chunk}: the device books other metrics"
+            "chunks of {chunk}, stitch {label}: the device books other metrics"
         );
         let decide = time(&mut || Ok(ev.targets(&net, split.clone()).map(|_| ())?))?;
         let judge = time(&mut || Ok(ev.judge(&net, split.clone(), cfg.capital).map(|_| ())?))?;
@@ -894,17 +921,25 @@ fn device_eval(
             }
         }
         ev.set_kernel_timing(false);
-        let kernels: Vec<String> = ["flat", "chunks", "stitch", "book sessions", "book total"]
-            .iter()
-            .zip(&mut per_kernel)
-            .map(|(name, us)| format!("{name} {:.1}", summarize(us).0))
-            .collect();
+        let kernels: Vec<String> = [
+            "flat",
+            "chunks",
+            "stitch",
+            "book steps",
+            "book sessions",
+            "book total",
+        ]
+        .iter()
+        .zip(&mut per_kernel)
+        .map(|(name, us)| format!("{name} {:.1}", summarize(us).0))
+        .collect();
         println!(
-            "  device, chunks of {chunk:>4}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
+            "  device, chunks of {chunk:>4}, stitch {label:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
             kernels.join(", ")
         );
     }
     ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
+    ev.set_stitch(None)?;
     Ok(())
 }
 
@@ -921,6 +956,7 @@ fn device_eval(
     _: &foxhunt_env::BacktestReport,
     _: usize,
     _: &[usize],
+    _: &[String],
 ) -> Result<()> {
     anyhow::bail!("bench eval --device cuda needs xtask built with --features cuda")
 }

@@ -104,6 +104,10 @@ enum Bench {
         /// Chunk sizes of the device's walk to time side by side (cuda).
         #[arg(long, value_delimiter = ',', default_value = "64")]
         chunks: Vec<usize>,
+        /// Stitch teams to time side by side (cuda): `auto`, or BLOCKS:ROWS (blocks that
+        /// follow a session together, bars each decides a round).
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
+        stitch: Vec<String>,
     },
     /// Microseconds per DQN train_step at batch 64 and 1024.
     Dqn {
@@ -206,8 +210,9 @@ fn main() -> Result<()> {
                     device,
                     reps,
                     chunks,
+                    stitch,
                 },
-        } => bench::eval(&root, &device, reps, &chunks),
+        } => bench::eval(&root, &device, reps, &chunks, &stitch),
         #[cfg(feature = "cuda")]
         Command::Bench {
             what: Bench::GpuEnv { envs, steps, reps },

@@ -1,7 +1,7 @@
 // foxhunt's one-launch epoch: every step of a training epoch (act, environment step and replay
 // write, sample, the DQN update, the target update) in one persistent cooperative kernel.
-// Needs philox.cuh, env.cuh, env_step.cu (step_one), replay.cu (sample_row) and dqn.cuh in the
-// same module.
+// Needs philox.cuh, env.cuh, env_step.cu (step_one), replay.cu (sample_row), dqn.cuh and sync.cuh
+// (blocks_barrier) in the same module.
 //
 // Work is split by rows, not by neurons: block g of G owns environments [g n / G, (g + 1) n / G)
 // and batch rows [g B / G, (g + 1) B / G), keeps the whole online and target networks in its
@@ -40,26 +40,6 @@ __device__ __forceinline__ u64 global_time() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
-}
-
-// A barrier of all blocks of the (cooperative) launch: arrivals counted in bar[0], the
-// generation in bar[1]; the last arrival resets the count and opens the next generation.
-__device__ void grid_barrier(u32* bar, u32 blocks) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile u32* gen = bar + 1;
-        u32 g = *gen;
-        __threadfence();
-        if (atomicAdd(bar, 1u) == blocks - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (*gen == g) {}
-        }
-        __threadfence();
-    }
-    __syncthreads();
 }
 
 // The network's layout words (foxhunt-dqn's fused::layout_words): [0] hidden layers L,
@@ -510,7 +490,7 @@ extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
             continue;
         }
         // The ring rows of every block are written before any block samples.
-        grid_barrier(bar, G);
+        blocks_barrier(bar, G);
         stamp(s, 1);
 
         // The block's batch rows, chunk by chunk: sampled (the draws one thread per row, the
@@ -576,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
         }
         if (threadIdx.x < 3) loss_part[3 * g + threadIdx.x] = lsum[threadIdx.x];
         stamp(s, 4);
-        grid_barrier(bar, G);
+        blocks_barrier(bar, G);
 
         // The block's parameter slice: gradients summed over the slots in block order.
         const u64 p0 = (u64)g * P / G, p1 = (u64)(g + 1) * P / G;
@@ -588,7 +568,7 @@ extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
         __syncthreads();
         float sq = block_sumsq(grads + p0, p1 - p0, red);
         if (threadIdx.x == 0) norm_part[g] = sq;
-        grid_barrier(bar, G);
+        blocks_barrier(bar, G);
 
         // The norm from the blocks' parts in block order; Adam and the target update on the
         // block's slice.
@@ -621,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
             if (sync == 1) target[j] = online[j];
             else if (sync == 2) target[j] = polyak_one(online[j], target[j], tau);
         }
-        grid_barrier(bar, G);
+        blocks_barrier(bar, G);
         load_net(wo, online, P);
         if (sync) load_net(wt, target, P);
         __syncthreads();

@@ -19,14 +19,18 @@
 //   began flat, recording the walk's state before every bar; flat stretches are skipped through
 //   eval_flat's decisions, bars in a position are decided a few at a time on the guess that the
 //   position is held;
-// - eval_stitch: one block per session follows the true path; wherever its state equals a chunk
-//   walk's state at the same bar, the rest of that chunk is the walk's (the same state gives the
-//   same future); elsewhere it walks itself, many bars a network pass. Every decision used is the
-//   one the host makes in that state.
+// - eval_stitch: a team of blocks per session follows the true path; wherever its state equals a
+//   chunk walk's state at the same bar, the rest of that chunk is the walk's (the same state gives
+//   the same future); elsewhere it walks itself, each round guessing that the position is held
+//   over the next bars, every block of the team deciding a few of them (the decisions meet in
+//   global memory at a team barrier, and every block then takes the same steps). A round's time
+//   is one block's pass over its few rows, so a long hold costs rounds of the team's width
+//   rather than of one block's. Every decision used is the one the host makes in that state.
 //
-// Booking (book_sessions, book_total). A bar's step depends only on the position before it and
-// the decision, so every bar's PnL is computed in parallel; the host's sums are sequential chains
-// and are kept as chains: a day's PnL and each trade's PnL within a session (a warp a session),
+// Booking (book_steps, book_sessions, book_total). A bar's step depends only on the position
+// before it and the decision, so every bar's step is computed in parallel (book_steps, a thread a
+// bar); the host's sums are sequential chains and are kept as chains: a day's PnL and each
+// trade's PnL within a session (a warp a session, reading the steps ahead of its chains),
 // the costs and the equity curve over the split (one block). The split's chains run in parallel
 // only where that is exact: when every term is a whole multiple of one power of two and the sum
 // of their magnitudes is below 2^52 of it, every partial sum is representable, so every order of
@@ -46,6 +50,8 @@
 #define EVAL_THREADS_MAX 512
 // Bars a walking block decides in one network pass at most.
 #define EVAL_WALK_ROWS 32
+// Bars a round of a walk decides at most (a team's blocks together).
+#define EVAL_ROUND_ROWS 256
 
 struct Net {
     const float* p;
@@ -388,19 +394,34 @@ struct WalkState {
     int pos;
     double entry;
     u32 stop;
+    u32 per;  // rows each block decides in the next round
 };
 
-// Walks bars [ws.t, end) of one session by the block from the state in `ws`, `rows` bars a
-// network pass in a position (on the guess that it is held), flat stretches a block-wide search
-// at a time. Writes each bar's decision to io.out (and the state before it to io.rec_*); with
-// io.merge_*, stops at the first bar whose state equals that walk's there. On return (every
-// thread), ws.t is the bar it stopped at (end when it ran through) and ws.pos / ws.entry the
-// state there.
+// The blocks that walk one path together: block `rank` of `size` decides rows [rank * per,
+// (rank + 1) * per) of each round's guess, `per` starting at rows_min and doubling up to rows
+// while the position is held through whole rounds (short holds get quick rounds, long ones wide
+// ones), and leaves their actions in `act` (two sets of size * rows, alternating by round: a
+// block writes a set again only after every block has passed the barrier that follows its
+// reading of it); `bar` is the team's barrier. A team of one decides every row itself and meets
+// nobody.
+struct Team {
+    u32 rank, size, rows, rows_min;
+    int* act;
+    u32* bar;
+};
+
+// Walks bars [ws.t, end) of one session by the team's blocks from the state in `ws`, in a
+// position team.size * team.rows bars a round (on the guess that it is held), flat stretches a
+// block-wide search at a time. Writes each bar's decision to io.out (and the state before it to
+// io.rec_*) where those are given; with io.merge_*, stops at the first bar whose state equals
+// that walk's there. `round` counts the team's rounds (every thread of every block keeps the
+// same count). On return (every thread), ws.t is the bar it stopped at (end when it ran
+// through) and ws.pos / ws.entry the state there: the same in every block of the team.
 template <int P>
 __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lookback,
                            int max_position, float upnl_scale, double tick_size,
-                           const WalkIo& io, const WarpScratch& s, u32 rows_max, u32 end,
-                           WalkState& ws) {
+                           const WalkIo& io, const WarpScratch& s, const Team& team, u32 end,
+                           WalkState& ws, u32& round) {
     const u32 dim = net_obs_dim(n);
     const u32 base = io.split_start;
     const bool merging = io.merge_pos != 0;
@@ -425,7 +446,7 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
                 if (ws.u < end) break;
             }
             const u32 u = ws.u;
-            for (u32 v = t0 + threadIdx.x; v < u; v += blockDim.x) {
+            for (u32 v = t0 + threadIdx.x; io.out && v < u; v += blockDim.x) {
                 io.out[v - base] = 0;
                 if (io.rec_pos) {
                     io.rec_pos[v - base] = 0;
@@ -439,7 +460,7 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
                     ws.stop = 1;
                 } else if (u < end) {
                     int target = io.flat_target[u - base];
-                    io.out[u - base] = (signed char)target;
+                    if (io.out) io.out[u - base] = (signed char)target;
                     if (io.rec_pos) {
                         io.rec_pos[u - base] = 0;
                         io.rec_entry[u - base] = 0.0;
@@ -456,42 +477,62 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
             if (ws.stop) break;
             continue;
         }
-        // In a position: the next rows decided as if it were held.
-        const u32 rows = min(rows_max, end - t0);
-        for (u32 r = threadIdx.x >> 5; r < rows; r += blockDim.x >> 5)
-            observe(m, lookback, max_position, upnl_scale, tick_size, t0 + r, pos, entry,
+        // In a position: the next rows decided as if it were held, this block's share of them.
+        const u32 per = ws.per;
+        const u32 rows = min(team.size * per, end - t0);
+        const u32 mine0 = team.rank * per;
+        const u32 mine = rows > mine0 ? min(per, rows - mine0) : 0;
+        for (u32 r = threadIdx.x >> 5; r < mine; r += blockDim.x >> 5)
+            observe(m, lookback, max_position, upnl_scale, tick_size, t0 + mine0 + r, pos, entry,
                     s.x + (u64)r * dim, threadIdx.x & 31, 32);
         // The other walk's states at those bars, for thread 0's scan (read here in parallel,
         // not one after another there).
-        __shared__ signed char s_mpos[EVAL_WALK_ROWS];
-        __shared__ double s_mentry[EVAL_WALK_ROWS];
-        if (merging && threadIdx.x < rows) {
-            s_mpos[threadIdx.x] = io.merge_pos[t0 + threadIdx.x - base];
-            s_mentry[threadIdx.x] = io.merge_entry[t0 + threadIdx.x - base];
+        __shared__ signed char s_mpos[EVAL_ROUND_ROWS];
+        __shared__ double s_mentry[EVAL_ROUND_ROWS];
+        for (u32 r = threadIdx.x; merging && r < rows; r += blockDim.x) {
+            s_mpos[r] = io.merge_pos[t0 + r - base];
+            s_mentry[r] = io.merge_entry[t0 + r - base];
         }
         __syncthreads();
-        greedy(Block{threadIdx.x}, n, s, rows,
-               [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
-                   block_dense<P>(n.p, w_off, b_off, d_in, d_out, x, y, rows);
-               });
+        if (mine > 0)
+            greedy(Block{threadIdx.x}, n, s, mine,
+                   [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
+                       block_dense<P>(n.p, w_off, b_off, d_in, d_out, x, y, mine);
+                   });
+        // Every row's action: this block's, or (a team) every block's, met at the barrier.
+        __shared__ int s_act[EVAL_ROUND_ROWS];
+        const int* act = s.act;
+        if (team.size > 1) {
+            int* set = team.act + (round & 1) * team.size * team.rows;
+            for (u32 r = threadIdx.x; r < mine; r += blockDim.x) set[mine0 + r] = s.act[r];
+            blocks_barrier(team.bar, team.size);
+            for (u32 r = threadIdx.x; r < rows; r += blockDim.x) s_act[r] = __ldcg(set + r);
+            __syncthreads();
+            act = s_act;
+        }
+        round += 1;
         if (threadIdx.x == 0) {
             u32 t = t0;
             int p = pos;
             double e = entry;
+            ws.per = team.rows_min;
             for (u32 j = 0; j < rows; ++j) {
                 t = t0 + j;
                 if (merging && same_state(p, e, s_mpos[j], s_mentry[j])) {
                     ws.stop = 1;
                     break;
                 }
-                int target = action_target(s.act[j], max_position);
-                io.out[t - base] = (signed char)target;
+                int target = action_target(act[j], max_position);
+                if (io.out) io.out[t - base] = (signed char)target;
                 if (io.rec_pos) {
                     io.rec_pos[t - base] = (signed char)p;
                     io.rec_entry[t - base] = e;
                 }
                 t += 1;
-                if (target == p && t < end) continue;  // held, and not the session's last bar
+                if (target == p && t < end) {  // held, and not the session's last bar
+                    if (j + 1 == rows) ws.per = min(2 * per, team.rows);
+                    continue;
+                }
                 Trans tr = transition(m, xc, t - 1, io.split_end, 1, p, target);
                 e = next_entry(e, p, tr);
                 p = tr.position;
@@ -527,28 +568,37 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
     const u32 c = blockIdx.x;
     WalkIo io = {split_start, split_end, flat_target, w_target, w_pos, w_entry, 0, 0};
+    const Team alone = {0, 1, rows_max, rows_max, 0, 0};
+    u32 round = 0;
     if (threadIdx.x == 0) {
         ws.t = chunk_start[c];
         ws.pos = 0;
         ws.entry = 0.0;
         ws.stop = 0;
+        ws.per = rows_max;
     }
-    block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, rows_max,
-                  chunk_end[c], ws);
+    block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone,
+                  chunk_end[c], ws, round);
     if (threadIdx.x == 0) {
         w_end_pos[c] = (signed char)ws.pos;
         w_end_entry[c] = ws.entry;
     }
 }
 
-// The true path of session s (bars [sess_start[s], sess_end[s]); its chunks are
-// [sess_chunk[s], ...) of the chunk table), a block a session, into targets: each chunk from the
-// state the path arrives in, until that state is the chunk walk's at the same bar, and from
-// there the chunk walk's decisions.
+// The true path of each session s (bars [sess_start[s], sess_end[s]); its chunks are
+// [sess_chunk[s], ...) of the chunk table) into targets: walked from the session's flat start
+// until its state is the state of the chunk walk over the same bar, the rest of that chunk
+// taken from the walk (the same state gives the same future), and on from the chunk's end in
+// the state the walk ends in. Teams of team_size blocks (rows_min to rows_max rows each a
+// round) take sessions team, team + teams, ...; team g's barrier is team_bar[2 g ..] and its exchange
+// team_act[g * 2 * team_size * rows_max ..]. Every block of a team takes the same steps; its
+// first block writes the targets. A team larger than one needs every block resident (a
+// cooperative launch).
 extern "C" __global__ void __launch_bounds__(1024, 1)
     eval_stitch(WALK_PARAMS, const u32* sess_start, const u32* sess_end, const u32* sess_chunk,
                 const u32* chunk_end, const signed char* w_target, const signed char* w_pos,
                 const double* w_entry, const signed char* w_end_pos, const double* w_end_entry,
+                u32 n_sessions, u32 team_size, u32 rows_min, int* team_act, u32* team_bar,
                 signed char* targets) {
     extern __shared__ float sh[];
     __shared__ WalkState ws;
@@ -557,23 +607,32 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     Market m = {features, open, close, session, contract, cols};
     Exec xc = {multiplier, cost_per_side, slippage_price};
     WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
-    const u32 sid = blockIdx.x;
-    const u32 end = sess_end[sid];
-    WalkIo io = {split_start, split_end, flat_target, targets, 0, 0, w_pos, w_entry};
-    if (threadIdx.x == 0) {
-        ws.t = sess_start[sid];
-        ws.pos = 0;
-        ws.entry = 0.0;
-    }
-    for (u32 c = sess_chunk[sid]; true; ++c) {
+    const u32 g = blockIdx.x / team_size, teams = gridDim.x / team_size;
+    const Team team = {blockIdx.x % team_size, team_size, rows_max, min(rows_min, rows_max),
+                       team_act + (u64)g * 2 * team_size * rows_max, team_bar + 2 * g};
+    const bool writes = team.rank == 0;
+    WalkIo io = {split_start, split_end, flat_target, writes ? targets : 0, 0, 0, w_pos, w_entry};
+    u32 round = 0;
+    for (u32 sid = g; g < teams && sid < n_sessions; sid += teams) {
+        const u32 end = sess_end[sid];
         __syncthreads();
-        const u32 ce = chunk_end[c];
-        if (threadIdx.x == 0) ws.stop = 0;
-        block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, rows_max,
-                      ce, ws);
-        if (ws.stop) {
-            // Met the chunk's walk at ws.t: the rest of the chunk is its.
-            for (u32 v = ws.t + threadIdx.x; v < ce; v += blockDim.x)
+        if (threadIdx.x == 0) {
+            ws.t = sess_start[sid];
+            ws.pos = 0;
+            ws.entry = 0.0;
+            ws.per = team.rows_min;
+        }
+        for (u32 c = sess_chunk[sid]; true;) {
+            __syncthreads();
+            if (threadIdx.x == 0) ws.stop = 0;
+            block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, team,
+                          end, ws, round);
+            if (!ws.stop) break;  // ran through the session
+            // Met the walk of the chunk holding bar ws.t: the rest of that chunk is its.
+            const u32 t = ws.t;
+            while (chunk_end[c] <= t) ++c;
+            const u32 ce = chunk_end[c];
+            for (u32 v = t + threadIdx.x; writes && v < ce; v += blockDim.x)
                 targets[v - split_start] = w_target[v - split_start];
             __syncthreads();
             if (threadIdx.x == 0) {
@@ -582,69 +641,116 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
                 ws.entry = w_end_entry[c];
             }
         }
-        if (ce >= end) break;
     }
 }
 
 // ---- Booking ----
 
-// One warp a session of the split (bars [sess_start[s], sess_end[s])), 32 bars at a time: every
-// bar's step in parallel (the position before a bar is the decision at the one before, flat at
-// the session's start), the session's non-zero step PnLs and costs gathered in bar order (into
-// pnl_out / cost_out from the session's first row on, for book_total's chains over the split),
-// with `seen`: whether the equity after that step is a point of the host's curve (the point
-// after the bar before a session's last is overwritten by the last bar's equity). The host's
-// chains, the day's PnL and each trade's PnL, run in bar order on every lane alike, from values
-// the lanes computed side by side; zero steps are added too (adding a zero to a sum that starts
-// at +0.0 changes nothing).
+// Every bar's step of the split at once, a thread a bar: the position before bar t is the
+// decision at the bar before, flat where a session starts (the split's first bar included); the
+// step's hold PnL, bar PnL and cost, and a word packing the contracts traded (bits 0-15), the
+// position before (bits 16-23) and after (bits 24-31), each plus 128.
 extern "C" __global__ void __launch_bounds__(256)
-    book_sessions(const double* open, const double* close, const u32* session,
-                  const u32* contract, u32 split_start, u32 split_end, int max_position,
-                  double multiplier, double cost_per_side, double slippage_price,
-                  const u32* sess_start, const u32* sess_end, u32 n_sessions,
-                  const signed char* targets, double* daily, u32* n_pnl, u32* n_cost,
-                  unsigned long long* n_trades, unsigned long long* wins,
-                  unsigned long long* bars, unsigned long long* contracts, double* pnl_out,
-                  unsigned char* seen_out, double* cost_out) {
+    book_steps(const double* open, const double* close, const u32* session, const u32* contract,
+               u32 split_start, u32 split_end, int max_position, double multiplier,
+               double cost_per_side, double slippage_price, const signed char* targets,
+               double* step_hold, double* step_bar, double* step_cost, u32* step_word) {
+    const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 t = split_start + k;
+    if (t >= split_end) return;
+    Market m = {0, open, close, session, contract, 0};
+    Exec xc = {multiplier, cost_per_side, slippage_price};
+    const bool first = t == split_start || session[t] != session[t - 1];
+    int before = first ? 0 : (int)targets[k - 1];
+    int target = targets[k];
+    before = max(-max_position, min(max_position, before));
+    target = max(-max_position, min(max_position, target));
+    Trans tr = transition(m, xc, t, split_end, 1, before, target);
+    step_hold[k] = tr.hold_pnl;
+    step_bar[k] = tr.bar_pnl;
+    step_cost[k] = tr.cost;
+    step_word[k] = (tr.traded & 0xffffu) | ((u32)(before + 128) << 16) |
+                   ((u32)(tr.position + 128) << 24);
+}
+
+// A bar's step as book_steps left it, and what the host's chains read of it.
+struct Step {
+    double pnl, cost, hold, bar_less_cost, open_part, exit_cost;
+    bool inpos, closed, opened;
+    u32 traded;
+};
+
+__device__ __forceinline__ Step read_step(double hold, double bar, double cost, u32 word,
+                                          double cost_per_side) {
+    Step st;
+    const int before = (int)((word >> 16) & 0xffu) - 128, after = (int)(word >> 24) - 128;
+    st.pnl = hold + bar - cost;
+    st.cost = cost;
+    st.hold = hold;
+    st.traded = word & 0xffffu;
+    // foxhunt-env's backtest: a flip closes the old trade and opens a new one.
+    int sp = (before > 0) - (before < 0), sn = (after > 0) - (after < 0);
+    st.opened = after != 0 && sn != sp;
+    st.closed = before != 0 && sn != sp;
+    st.inpos = before != 0;
+    st.exit_cost = st.closed ? (double)abs(before) * cost_per_side : 0.0;
+    st.bar_less_cost = bar - cost;
+    st.open_part = bar - (cost - st.exit_cost);
+    return st;
+}
+
+// One warp a session of the split (bars [sess_start[s], sess_end[s])), 32 bars at a time, from
+// the steps book_steps computed (the next 32 read while these are booked): the session's
+// non-zero step PnLs and costs gathered in bar order (into pnl_out / cost_out from the
+// session's first row on, for book_total's chains over the split), with `seen`: whether the
+// equity after that step is a point of the host's curve (the point after the bar before a
+// session's last is overwritten by the last bar's equity). The host's chains, the day's PnL and
+// each trade's PnL, run in bar order on every lane alike, from values the lanes computed side
+// by side; zero steps are added too (adding a zero to a sum that starts at +0.0 changes
+// nothing).
+extern "C" __global__ void __launch_bounds__(256)
+    book_sessions(u32 split_start, double cost_per_side, const u32* sess_start,
+                  const u32* sess_end, u32 n_sessions, const double* step_hold,
+                  const double* step_bar, const double* step_cost, const u32* step_word,
+                  double* daily, u32* n_pnl, u32* n_cost, unsigned long long* n_trades,
+                  unsigned long long* wins, unsigned long long* bars,
+                  unsigned long long* contracts, double* pnl_out, unsigned char* seen_out,
+                  double* cost_out) {
     const unsigned FULL = 0xffffffffu;
     u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u32 sid = blockIdx.x * (blockDim.x >> 5) + warp;
     if (sid >= n_sessions) return;
-    Market m = {0, open, close, session, contract, 0};
-    Exec xc = {multiplier, cost_per_side, slippage_price};
     const u32 ss = sess_start[sid], se = sess_end[sid];
     const u32 out0 = ss - split_start;
     double day = 0.0, trade_pnl = 0.0;
     unsigned long long trade_bars = 0, ntr = 0, nwin = 0, nbars = 0, ncon = 0;
     u32 np = 0, nc = 0;
     bool nz_second_last = false, nz_last = false;
+    double n_hold = 0.0, n_bar = 0.0, n_cost_v = 0.0;
+    u32 n_word = 128u << 16 | 128u << 24;
+    if (ss + lane < se) {
+        const u32 k = ss + lane - split_start;
+        n_hold = step_hold[k];
+        n_bar = step_bar[k];
+        n_cost_v = step_cost[k];
+        n_word = step_word[k];
+    }
     for (u32 b0 = ss; b0 < se; b0 += 32) {
         const u32 t = b0 + lane;
         const bool live = t < se;
-        double pnl = 0.0, cost = 0.0, hold = 0.0, barp = 0.0, bar_less_cost = 0.0,
-               open_part = 0.0, exit_cost = 0.0;
-        bool inpos = false, closed = false, opened = false;
-        u32 traded = 0;
-        if (live) {
-            int before = t == ss ? 0 : (int)targets[t - 1 - split_start];
-            int target = targets[t - split_start];
-            before = max(-max_position, min(max_position, before));
-            target = max(-max_position, min(max_position, target));
-            Trans tr = transition(m, xc, t, split_end, 1, before, target);
-            pnl = tr.hold_pnl + tr.bar_pnl - tr.cost;
-            cost = tr.cost;
-            hold = tr.hold_pnl;
-            barp = tr.bar_pnl;
-            traded = tr.traded;
-            // foxhunt-env's backtest: a flip closes the old trade and opens a new one.
-            int sp = (before > 0) - (before < 0), sn = (tr.position > 0) - (tr.position < 0);
-            opened = tr.position != 0 && sn != sp;
-            closed = before != 0 && sn != sp;
-            inpos = before != 0;
-            exit_cost = closed ? (double)abs(before) * cost_per_side : 0.0;
-            bar_less_cost = tr.bar_pnl - tr.cost;
-            open_part = tr.bar_pnl - (tr.cost - exit_cost);
+        const Step st = read_step(n_hold, n_bar, n_cost_v, n_word, cost_per_side);
+        if (t + 32 < se) {
+            const u32 k = t + 32 - split_start;
+            n_hold = step_hold[k];
+            n_bar = step_bar[k];
+            n_cost_v = step_cost[k];
+            n_word = step_word[k];
+        } else {
+            n_hold = n_bar = n_cost_v = 0.0;
+            n_word = 128u << 16 | 128u << 24;
         }
+        const double pnl = st.pnl, cost = st.cost;
+        u32 traded = live ? st.traded : 0;
         // Gathered in bar order: each lane's place among the block's non-zero steps and costs.
         const unsigned below = (1u << lane) - 1u;
         unsigned nzp = __ballot_sync(FULL, live && pnl != 0.0);
@@ -661,16 +767,19 @@ extern "C" __global__ void __launch_bounds__(256)
         nz_last = nz_last || (__ballot_sync(FULL, t + 1 == se && pnl != 0.0) != 0);
         for (u32 d = 16; d > 0; d >>= 1) traded += __shfl_down_sync(FULL, traded, d);
         ncon += __shfl_sync(FULL, traded, 0);
-        // The chains, bar by bar, on every lane alike.
+        // The chains, bar by bar, on every lane alike (a lane past the session's end adds
+        // zeros and no trade).
+        const double l_pnl = live ? pnl : 0.0;
+        const unsigned l_flags =
+            live ? (u32)st.inpos | ((u32)st.closed << 1) | ((u32)st.opened << 2) : 0u;
 #pragma unroll
         for (u32 j = 0; j < 32; ++j) {
-            const double v_pnl = __shfl_sync(FULL, pnl, j);
-            const double v_hold = __shfl_sync(FULL, hold, j);
-            const double v_blc = __shfl_sync(FULL, bar_less_cost, j);
-            const double v_open = __shfl_sync(FULL, open_part, j);
-            const double v_exit = __shfl_sync(FULL, exit_cost, j);
-            const unsigned flags =
-                __shfl_sync(FULL, (u32)inpos | ((u32)closed << 1) | ((u32)opened << 2), j);
+            const double v_pnl = __shfl_sync(FULL, l_pnl, j);
+            const double v_hold = __shfl_sync(FULL, st.hold, j);
+            const double v_blc = __shfl_sync(FULL, st.bar_less_cost, j);
+            const double v_open = __shfl_sync(FULL, st.open_part, j);
+            const double v_exit = __shfl_sync(FULL, st.exit_cost, j);
+            const unsigned flags = __shfl_sync(FULL, l_flags, j);
             day += v_pnl;
             if (flags & 1u) {
                 trade_pnl += v_hold;

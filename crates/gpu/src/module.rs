@@ -46,13 +46,14 @@ impl Module {
         match self {
             Module::Env => files!("philox.cuh", "env.cuh", "env_step.cu", "replay.cu"),
             Module::Dqn => files!("philox.cuh", "dqn.cuh", "dqn.cu"),
-            Module::Eval => files!("env.cuh", "eval.cu"),
+            Module::Eval => files!("env.cuh", "sync.cuh", "eval.cu"),
             Module::Epoch => files!(
                 "philox.cuh",
                 "env.cuh",
                 "env_step.cu",
                 "replay.cu",
                 "dqn.cuh",
+                "sync.cuh",
                 "epoch.cu"
             ),
         }

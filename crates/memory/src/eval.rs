@@ -42,9 +42,17 @@ pub const CHUNK_BARS: usize = 64;
 /// Threads of a chunk walk's block (eval_chunks): small, so that every chunk's block is resident
 /// at once.
 const WALK_THREADS: u32 = 128;
-/// Threads of the stitch's block (eval_stitch): one block a session, each round's guess as many
-/// bars as its threads give.
+/// Threads of the stitch's blocks (eval_stitch).
 const STITCH_THREADS: u32 = 1024;
+/// Blocks of a stitch team at most, and the bars a team's round decides at most (eval.cu's
+/// EVAL_ROUND_ROWS).
+const TEAM_MAX: u32 = 16;
+const ROUND_ROWS: u32 = 256;
+/// Bars each block of a stitch team decides a round at most, by default (a hold's rounds start
+/// at a quarter of it and double while the position is held through them).
+const TEAM_ROWS: u32 = 16;
+/// Bytes of shared memory the evaluation kernels declare statically, at most (with a margin).
+const STATIC_SHARED: u32 = 4096 + 13 * ROUND_ROWS;
 /// Sessions book_sessions takes per block (a warp each).
 const BOOK_WARPS: u32 = 8;
 
@@ -107,6 +115,7 @@ struct Kernels {
     flat: Kernel,
     chunks: Kernel,
     stitch: Kernel,
+    book_steps: Kernel,
     book_sessions: Kernel,
     book_total: Kernel,
 }
@@ -140,6 +149,12 @@ pub struct DeviceEvaluator<'a> {
     sess_start: DeviceBuffer<u32>,
     sess_end: DeviceBuffer<u32>,
     sess_chunk: DeviceBuffer<u32>,
+    /// The stitch teams' exchanged actions and barriers (two words a team, zero when new and
+    /// after every barrier).
+    team_act: DeviceBuffer<i32>,
+    team_bar: DeviceBuffer<u32>,
+    /// Blocks a stitch team and rows a block, when set for measuring (else [`Stitch::auto`]).
+    stitch: Option<Stitch>,
     book: BookBuffers,
     /// The first row of every session of the window.
     session_rows: Vec<usize>,
@@ -152,6 +167,11 @@ pub struct DeviceEvaluator<'a> {
 
 /// The booking's scratch (kernels/eval.cu's book_sessions and book_total).
 struct BookBuffers {
+    /// Per bar: each step's hold PnL, bar PnL, cost, and its packed contracts and positions.
+    step_hold: DeviceBuffer<f64>,
+    step_bar: DeviceBuffer<f64>,
+    step_cost: DeviceBuffer<f64>,
+    step_word: DeviceBuffer<u32>,
     daily: DeviceBuffer<f64>,
     n_pnl: DeviceBuffer<u32>,
     n_cost: DeviceBuffer<u32>,
@@ -174,6 +194,10 @@ struct BookBuffers {
 impl BookBuffers {
     fn new(ctx: &GpuContext) -> Result<Self, MemoryError> {
         Ok(Self {
+            step_hold: ctx.alloc(0)?,
+            step_bar: ctx.alloc(0)?,
+            step_cost: ctx.alloc(0)?,
+            step_word: ctx.alloc(0)?,
             daily: ctx.alloc(0)?,
             n_pnl: ctx.alloc(0)?,
             n_cost: ctx.alloc(0)?,
@@ -196,6 +220,10 @@ impl BookBuffers {
 
     /// Room for a split of `bars` bars in `sessions` sessions.
     fn fit(&mut self, ctx: &GpuContext, bars: usize, sessions: usize) -> Result<(), MemoryError> {
+        fit(ctx, &mut self.step_hold, bars)?;
+        fit(ctx, &mut self.step_bar, bars)?;
+        fit(ctx, &mut self.step_cost, bars)?;
+        fit(ctx, &mut self.step_word, bars)?;
         fit(ctx, &mut self.pnl, bars)?;
         fit(ctx, &mut self.seen, bars)?;
         fit(ctx, &mut self.cost, bars)?;
@@ -248,6 +276,51 @@ impl BlockLayout {
     }
 }
 
+/// The stitch's teams: blocks a session and bars each block decides a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stitch {
+    /// Blocks that follow one session's path together (1 to 16).
+    pub team: u32,
+    /// Bars each of them decides a round at most (1 to 32; team x rows at most 256): a hold's
+    /// first round decides a quarter of them (at least one), and each round the position is
+    /// held through decides twice as many as the one before, up to `rows`.
+    pub rows: u32,
+}
+
+impl Stitch {
+    /// The default for `sessions` sessions on a device that holds `resident` stitch blocks at
+    /// once: every session's team resident together, as wide as that allows.
+    pub fn auto(sessions: u32, resident: u32) -> Self {
+        let team = (resident / sessions.max(1)).clamp(1, TEAM_MAX);
+        Self {
+            team,
+            rows: if team == 1 { EVAL_WALK_ROWS } else { TEAM_ROWS },
+        }
+    }
+
+    /// Bars each block decides in a hold's first round.
+    fn first_rows(self) -> u32 {
+        (self.rows / 4).max(1)
+    }
+
+    fn check(self) -> Result<Self, MemoryError> {
+        if !(1..=TEAM_MAX).contains(&self.team)
+            || !(1..=EVAL_WALK_ROWS).contains(&self.rows)
+            || self.team * self.rows > ROUND_ROWS
+        {
+            return Err(MemoryError::Config(format!(
+                "a stitch of {} blocks of {} rows (1 to {TEAM_MAX} blocks of 1 to \
+                 {EVAL_WALK_ROWS} rows, {ROUND_ROWS} rows in all)",
+                self.team, self.rows
+            )));
+        }
+        Ok(self)
+    }
+}
+
+/// Rows a walking block decides a network pass at most (eval.cu's EVAL_WALK_ROWS).
+const EVAL_WALK_ROWS: u32 = 32;
+
 /// How a kernel's blocks are laid out: warps, and whether the parameters fit in shared memory
 /// beside every warp's scratch.
 struct Layout {
@@ -282,11 +355,13 @@ impl<'a> DeviceEvaluator<'a> {
             flat: ctx.kernel(Module::Eval, "eval_flat")?,
             chunks: ctx.kernel(Module::Eval, "eval_chunks")?,
             stitch: ctx.kernel(Module::Eval, "eval_stitch")?,
+            book_steps: ctx.kernel(Module::Eval, "book_steps")?,
             book_sessions: ctx.kernel(Module::Eval, "book_sessions")?,
             book_total: ctx.kernel(Module::Eval, "book_total")?,
         };
-        // What a block may take beside the kernels' own static shared memory (a few words).
-        let shared_max = ctx.max_shared_per_block()?.saturating_sub(1024);
+        // What a block may take beside the kernels' own static shared memory: a few words,
+        // and a round's merge states and actions in the walks (EVAL_ROUND_ROWS x 13 bytes).
+        let shared_max = ctx.max_shared_per_block()?.saturating_sub(STATIC_SHARED);
         for f in [&k.flat, &k.chunks, &k.stitch] {
             f.allow_shared(shared_max)?;
         }
@@ -308,6 +383,9 @@ impl<'a> DeviceEvaluator<'a> {
             sess_start: ctx.alloc(0)?,
             sess_end: ctx.alloc(0)?,
             sess_chunk: ctx.alloc(0)?,
+            team_act: ctx.alloc(0)?,
+            team_bar: ctx.alloc(0)?,
+            stitch: None,
             book: BookBuffers::new(&ctx)?,
             window: arena.buffers(),
             exec: *arena.exec(),
@@ -327,6 +405,13 @@ impl<'a> DeviceEvaluator<'a> {
         self.chunk_bars = bars.max(1);
     }
 
+    /// The stitch's teams (for measuring and tests; `None`: [`Stitch::auto`], the default).
+    /// Every value gives the same decisions.
+    pub fn set_stitch(&mut self, stitch: Option<Stitch>) -> Result<(), MemoryError> {
+        self.stitch = stitch.map(Stitch::check).transpose()?;
+        Ok(())
+    }
+
     /// Sums the equity as one chain even where the parallel sum is exact (for measuring).
     pub fn set_chain_only(&mut self, on: bool) {
         self.chain_only = on;
@@ -338,7 +423,7 @@ impl<'a> DeviceEvaluator<'a> {
     }
 
     /// Milliseconds each kernel of the last call took, in launch order (eval_flat, eval_chunks,
-    /// eval_stitch, then book_sessions and book_total for a judgement); empty unless
+    /// eval_stitch, then book_steps, book_sessions and book_total for a judgement); empty unless
     /// [`DeviceEvaluator::set_kernel_timing`] is on.
     pub fn kernel_ms(&mut self) -> Result<Vec<f64>, MemoryError> {
         match self.marks.as_mut() {
@@ -552,7 +637,7 @@ impl<'a> DeviceEvaluator<'a> {
         }
 
         // The chunks' walks, a small block each: all resident at once (they wait on latency).
-        let lc = self.block_layout(net, WALK_THREADS, false)?;
+        let lc = self.block_layout(net, WALK_THREADS, None, false)?;
         let l = params(
             self.ctx.launch(&self.k.chunks),
             w,
@@ -586,8 +671,13 @@ impl<'a> DeviceEvaluator<'a> {
             m.mark()?;
         }
 
-        // The true path, one block a session.
-        let ls = self.block_layout(net, STITCH_THREADS, true)?;
+        // The true path, a team of blocks a session.
+        let (team, ls, blocks) = self.stitch_grid(net, sessions)?;
+        let first_rows = team.first_rows();
+        let per_team = 2 * team.team as usize * ls.rows as usize;
+        let teams = (blocks / team.team) as usize;
+        fit(&self.ctx, &mut self.team_act, teams * per_team)?;
+        fit(&self.ctx, &mut self.team_bar, 2 * teams)?;
         let l = params(
             self.ctx.launch(&self.k.stitch),
             w,
@@ -611,29 +701,79 @@ impl<'a> DeviceEvaluator<'a> {
         .input(&self.w_entry)
         .input(&self.w_end_pos)
         .input(&self.w_end_entry)
+        .value(&sessions)
+        .value(&team.team)
+        .value(&first_rows)
+        .output(&mut self.team_act)
+        .output(&mut self.team_bar)
         .output(&mut self.targets);
         // SAFETY: eval_stitch(WALK_PARAMS, sess_start, sess_end, sess_chunk, chunk_end,
-        // w_target, w_pos, w_entry, w_end_pos, w_end_entry, targets); one block per session,
-        // writing targets of its own rows only; the chunk table covers every session's rows in
-        // order (`prepare`); the walks were queued before on this stream; shared memory as for
-        // eval_chunks.
-        unsafe { l.run(ls.grid(sessions)) }?;
+        // w_target, w_pos, w_entry, w_end_pos, w_end_entry, n_sessions, team_size, rows_min,
+        // team_act, team_bar, targets); `blocks` is a whole number of teams of team_size blocks, each
+        // taking whole sessions and writing targets of their rows only; the chunk table covers
+        // every session's rows in order (`prepare`); team_act holds 2 * team_size * rows_max
+        // actions and team_bar two words (zero or left by a finished barrier) for every team;
+        // the walks were queued before on this stream; shared memory as for eval_chunks. A
+        // team of several blocks waits at barriers for all of them: the cooperative launch
+        // makes every block resident at once, or fails.
+        if team.team > 1 {
+            unsafe { l.run_cooperative(ls.grid(blocks)) }?;
+        } else {
+            unsafe { l.run(ls.grid(blocks)) }?;
+        }
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
         }
         Ok(())
     }
 
-    /// A walking kernel's blocks of `threads` threads: the rows a network pass decides (two
-    /// (row, output) pairs a thread of the widest layer), and the parameters in shared memory
-    /// when `params_shared` is wanted and they fit beside the scratch.
+    /// The stitch's teams, its blocks' layout and the blocks of its launch: with teams of
+    /// several blocks, as many teams as the device holds at once (up to one a session).
+    fn stitch_grid(
+        &self,
+        net: &NetOnDevice<'_>,
+        sessions: u32,
+    ) -> Result<(Stitch, BlockLayout, u32), MemoryError> {
+        let full = self.block_layout(net, STITCH_THREADS, None, true)?;
+        let resident = |l: &BlockLayout| -> Result<u32, MemoryError> {
+            Ok(self.sms
+                * self
+                    .k
+                    .stitch
+                    .blocks_per_sm(STITCH_THREADS, l.shared_bytes)?
+                    .max(1))
+        };
+        let mut team = match self.stitch {
+            Some(t) => t,
+            None => Stitch::auto(sessions, resident(&full)?),
+        };
+        team.rows = team.rows.min(full.rows);
+        let ls = self.block_layout(net, STITCH_THREADS, Some(team.rows), true)?;
+        if team.team == 1 {
+            return Ok((team, ls, sessions));
+        }
+        let teams = (resident(&ls)? / team.team).min(sessions);
+        if teams == 0 {
+            return Err(MemoryError::Config(format!(
+                "a stitch team of {} blocks does not fit on the device",
+                team.team
+            )));
+        }
+        Ok((team, ls, teams * team.team))
+    }
+
+    /// A walking kernel's blocks of `threads` threads: the rows a network pass decides (`rows`,
+    /// or two (row, output) pairs a thread of the widest layer), and the parameters in shared
+    /// memory when `params_shared` is wanted and they fit beside the scratch.
     fn block_layout(
         &self,
         net: &NetOnDevice<'_>,
         threads: u32,
+        rows: Option<u32>,
         params_shared: bool,
     ) -> Result<BlockLayout, MemoryError> {
-        let rows = (2 * threads as usize / net.max_width).clamp(1, 32);
+        let rows = rows.map_or(2 * threads as usize / net.max_width, |r| r as usize);
+        let rows = rows.clamp(1, EVAL_WALK_ROWS as usize);
         let scratch = 4 * rows as u64 * (net.obs_dim + 2 * net.max_width + 3) as u64;
         let params = 4 * (net.params.len() as u64).next_multiple_of(4);
         let max = u64::from(self.shared_max);
@@ -668,7 +808,7 @@ impl<'a> DeviceEvaluator<'a> {
         let b = &mut self.book;
         let l = self
             .ctx
-            .launch(&self.k.book_sessions)
+            .launch(&self.k.book_steps)
             .input(&w.open)
             .input(&w.close)
             .input(&w.session)
@@ -679,10 +819,32 @@ impl<'a> DeviceEvaluator<'a> {
             .value(&x.multiplier)
             .value(&x.cost_per_side)
             .value(&x.slippage_price)
+            .input(if given { &self.given } else { &self.targets })
+            .output(&mut b.step_hold)
+            .output(&mut b.step_bar)
+            .output(&mut b.step_cost)
+            .output(&mut b.step_word);
+        // SAFETY: book_steps(open, close, session, contract, split_start, split_end,
+        // max_position, multiplier, cost_per_side, slippage_price, targets, step_hold, step_bar,
+        // step_cost, step_word); a thread per bar of the split (the rest return), each writing
+        // its own bar's entry; the targets and step buffers hold the split's bars (`prepare`),
+        // the market buffers the window's rows, and the split lies inside them (checked).
+        unsafe { l.run(Grid::cover(split.len(), 256)) }?;
+        if let Some(m) = self.marks.as_mut() {
+            m.mark()?;
+        }
+        let l = self
+            .ctx
+            .launch(&self.k.book_sessions)
+            .value(&split_start)
+            .value(&x.cost_per_side)
             .input(&self.sess_start)
             .input(&self.sess_end)
             .value(&sessions)
-            .input(if given { &self.given } else { &self.targets })
+            .input(&b.step_hold)
+            .input(&b.step_bar)
+            .input(&b.step_cost)
+            .input(&b.step_word)
             .output(&mut b.daily)
             .output(&mut b.n_pnl)
             .output(&mut b.n_cost)
@@ -693,13 +855,12 @@ impl<'a> DeviceEvaluator<'a> {
             .output(&mut b.pnl)
             .output(&mut b.seen)
             .output(&mut b.cost);
-        // SAFETY: book_sessions(open, close, session, contract, split_start, split_end,
-        // max_position, multiplier, cost_per_side, slippage_price, sess_start, sess_end,
-        // n_sessions, targets, daily, n_pnl, n_cost, n_trades, wins, bars, contracts, pnl_out,
-        // seen_out, cost_out); one warp per session (BOOK_WARPS a block, as its static shared
-        // memory is laid out), writing its session's entries and, from its first row relative
-        // to the split, at most its own rows' count of steps; every buffer holds a window's
-        // rows.
+        // SAFETY: book_sessions(split_start, cost_per_side, sess_start, sess_end, n_sessions,
+        // step_hold, step_bar, step_cost, step_word, daily, n_pnl, n_cost, n_trades, wins, bars,
+        // contracts, pnl_out, seen_out, cost_out); one warp per session, reading its own
+        // session's steps (book_steps, queued before) and writing its session's entries and,
+        // from its first row relative to the split, at most its own rows' count of steps;
+        // every buffer holds the split's bars or sessions (`prepare`).
         unsafe {
             l.run(Grid {
                 blocks: sessions.div_ceil(BOOK_WARPS),
@@ -809,4 +970,33 @@ fn params<'l>(
         .value(&s.n_params)
         .value(params_shared)
         .value(&s.max_width)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stitch_teams_share_the_device_among_sessions_and_are_bounded() {
+        // A month of sessions on 132 multiprocessors: six blocks a session, 4 to 16 rows each.
+        assert_eq!(Stitch::auto(20, 132), Stitch { team: 6, rows: 16 });
+        assert_eq!(Stitch::auto(20, 132).first_rows(), 4);
+        assert_eq!(Stitch { team: 3, rows: 3 }.first_rows(), 1);
+        // More sessions than blocks: a block a session, its rounds as wide as it takes.
+        assert_eq!(Stitch::auto(500, 132), Stitch { team: 1, rows: 32 });
+        assert_eq!(Stitch::auto(1, 132).team, TEAM_MAX);
+        assert_eq!(Stitch::auto(0, 0).team, 1);
+        for (team, rows, ok) in [
+            (1, 1, true),
+            (8, 32, true),
+            (16, 16, true),
+            (16, 17, false),
+            (0, 8, false),
+            (17, 8, false),
+            (2, 0, false),
+            (2, 33, false),
+        ] {
+            assert_eq!(Stitch { team, rows }.check().is_ok(), ok, "{team} x {rows}");
+        }
+    }
 }

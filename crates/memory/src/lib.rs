@@ -36,11 +36,11 @@ pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
 
 /// Device bytes the greedy evaluation (`DeviceEvaluator`) holds per bar of the largest split it
 /// is asked about: the flat decisions, the walk's decisions, the given and final ones, the walk's
-/// position (1 byte each), its entry price (8), the booking's step PnL, cost, their gathered
-/// copies and the equity (8 each), two point flags (1 each), and a little more for the chunk and
-/// session tables (a chunk's 17 bytes over its 64 bars and more, a session's 76 over its
-/// hundreds).
-pub const EVAL_BYTES_PER_BAR: usize = 56;
+/// position (1 byte each), its entry price (8), the booking's steps (hold PnL, bar PnL, cost: 8
+/// each, a packed word: 4), step PnL, cost, their gathered copies and the equity (8 each), two
+/// point flags (1 each), and a little more for the chunk and session tables (a chunk's 17 bytes
+/// over its 64 bars and more, a session's 76 over its hundreds).
+pub const EVAL_BYTES_PER_BAR: usize = 84;
 #[cfg(feature = "cuda")]
 pub use device::{DevicePool, DeviceWindow, GpuArena, OnStream};
 #[cfg(feature = "cuda")]
@@ -50,7 +50,7 @@ pub use epoch::{
 };
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]
-pub use eval::{CHUNK_BARS, DeviceBook, DeviceEvaluator, NetOnDevice, unsupported_env};
+pub use eval::{CHUNK_BARS, DeviceBook, DeviceEvaluator, NetOnDevice, Stitch, unsupported_env};
 #[cfg(feature = "cuda")]
 pub use gpu_env::GpuVecEnv;
 #[cfg(feature = "cuda")]
