@@ -675,6 +675,7 @@ pub fn eval(
     reps: usize,
     chunks: &[usize],
     stitch: &[String],
+    walk_rows: &[u32],
 ) -> Result<()> {
     use foxhunt_dqn::model::HostQNetwork;
     use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};
@@ -801,6 +802,7 @@ pub fn eval(
                     reps,
                     chunks,
                     stitch,
+                    walk_rows,
                 )?;
             }
         }
@@ -835,6 +837,7 @@ fn device_eval(
     reps: usize,
     chunks: &[usize],
     stitch: &[String],
+    walk_rows: &[u32],
 ) -> Result<()> {
     use foxhunt_gpu::GpuContext;
     use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, Stitch, WindowData};
@@ -879,12 +882,14 @@ fn device_eval(
         }
         Ok(summarize(&mut us).0)
     };
-    for (&chunk, (label, team)) in chunks
+    for ((&chunk, (label, team)), &walk) in chunks
         .iter()
         .flat_map(|c| stitches.iter().map(move |s| (c, s)))
+        .flat_map(|cs| walk_rows.iter().map(move |w| (cs, w)))
     {
         ev.set_chunk_bars(chunk);
         ev.set_stitch(*team)?;
+        ev.set_walk_rows(walk);
         let targets = ev.targets(&net, split.clone())?;
         anyhow::ensure!(
             targets
@@ -934,12 +939,13 @@ fn device_eval(
         .map(|(name, us)| format!("{name} {:.1}", summarize(us).0))
         .collect();
         println!(
-            "  device, chunks of {chunk:>4}, stitch {label:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
             kernels.join(", ")
         );
     }
     ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
     ev.set_stitch(None)?;
+    ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
     Ok(())
 }
 
@@ -957,6 +963,7 @@ fn device_eval(
     _: usize,
     _: &[usize],
     _: &[String],
+    _: &[u32],
 ) -> Result<()> {
     anyhow::bail!("bench eval --device cuda needs xtask built with --features cuda")
 }

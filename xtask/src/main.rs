@@ -108,6 +108,9 @@ enum Bench {
         /// follow a session together, bars each decides a round).
         #[arg(long, value_delimiter = ',', default_value = "auto")]
         stitch: Vec<String>,
+        /// Most bars a chunk walk decides a round, side by side (cuda).
+        #[arg(long, value_delimiter = ',', default_value = "8")]
+        walk_rows: Vec<u32>,
     },
     /// Microseconds per DQN train_step at batch 64 and 1024.
     Dqn {
@@ -211,8 +214,9 @@ fn main() -> Result<()> {
                     reps,
                     chunks,
                     stitch,
+                    walk_rows,
                 },
-        } => bench::eval(&root, &device, reps, &chunks, &stitch),
+        } => bench::eval(&root, &device, reps, &chunks, &stitch, &walk_rows),
         #[cfg(feature = "cuda")]
         Command::Bench {
             what: Bench::GpuEnv { envs, steps, reps },

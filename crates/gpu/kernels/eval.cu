@@ -553,12 +553,13 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
         double slippage_price, u32 rows_max, const signed char *flat_target
 
 // Walks chunk c (bars [chunk_start[c], chunk_end[c]) of one session) from a flat start, a block
-// a chunk: its decisions into w_target, the state before each bar into w_pos / w_entry, the
-// state after its last bar into w_end_pos / w_end_entry.
+// a chunk, rows_min to rows_max bars a round in a position (as a team of one): its decisions
+// into w_target, the state before each bar into w_pos / w_entry, the state after its last bar
+// into w_end_pos / w_end_entry.
 extern "C" __global__ void __launch_bounds__(1024, 1)
-    eval_chunks(WALK_PARAMS, const u32* chunk_start, const u32* chunk_end, signed char* w_target,
-                signed char* w_pos, double* w_entry, signed char* w_end_pos,
-                double* w_end_entry) {
+    eval_chunks(WALK_PARAMS, const u32* chunk_start, const u32* chunk_end, u32 rows_min,
+                signed char* w_target, signed char* w_pos, double* w_entry,
+                signed char* w_end_pos, double* w_end_entry) {
     extern __shared__ float sh[];
     __shared__ WalkState ws;
     float* scratch;
@@ -568,14 +569,14 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
     const u32 c = blockIdx.x;
     WalkIo io = {split_start, split_end, flat_target, w_target, w_pos, w_entry, 0, 0};
-    const Team alone = {0, 1, rows_max, rows_max, 0, 0};
+    const Team alone = {0, 1, rows_max, min(rows_min, rows_max), 0, 0};
     u32 round = 0;
     if (threadIdx.x == 0) {
         ws.t = chunk_start[c];
         ws.pos = 0;
         ws.entry = 0.0;
         ws.stop = 0;
-        ws.per = rows_max;
+        ws.per = alone.rows_min;
     }
     block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone,
                   chunk_end[c], ws, round);

@@ -42,6 +42,9 @@ pub const CHUNK_BARS: usize = 64;
 /// Threads of a chunk walk's block (eval_chunks): small, so that every chunk's block is resident
 /// at once.
 const WALK_THREADS: u32 = 128;
+/// Bars a chunk walk decides a round in a position at most, by default (from a quarter of them
+/// in a hold's first round, doubling while the position is held through a round).
+pub const WALK_ROWS: u32 = 8;
 /// Threads of the stitch's blocks (eval_stitch).
 const STITCH_THREADS: u32 = 1024;
 /// Blocks of a stitch team at most, and the bars a team's round decides at most (eval.cu's
@@ -155,6 +158,8 @@ pub struct DeviceEvaluator<'a> {
     team_bar: DeviceBuffer<u32>,
     /// Blocks a stitch team and rows a block, when set for measuring (else [`Stitch::auto`]).
     stitch: Option<Stitch>,
+    /// Rows a chunk walk decides a round at most.
+    walk_rows: u32,
     book: BookBuffers,
     /// The first row of every session of the window.
     session_rows: Vec<usize>,
@@ -300,7 +305,7 @@ impl Stitch {
 
     /// Bars each block decides in a hold's first round.
     fn first_rows(self) -> u32 {
-        (self.rows / 4).max(1)
+        first_rows(self.rows)
     }
 
     fn check(self) -> Result<Self, MemoryError> {
@@ -316,6 +321,13 @@ impl Stitch {
         }
         Ok(self)
     }
+}
+
+/// Bars a walk's block decides in a hold's first round when it may decide `rows` at most: a
+/// quarter (at least one), so that short holds take quick rounds; each round the position is held
+/// through doubles it.
+fn first_rows(rows: u32) -> u32 {
+    (rows / 4).max(1)
 }
 
 /// Rows a walking block decides a network pass at most (eval.cu's EVAL_WALK_ROWS).
@@ -386,6 +398,7 @@ impl<'a> DeviceEvaluator<'a> {
             team_act: ctx.alloc(0)?,
             team_bar: ctx.alloc(0)?,
             stitch: None,
+            walk_rows: WALK_ROWS,
             book: BookBuffers::new(&ctx)?,
             window: arena.buffers(),
             exec: *arena.exec(),
@@ -410,6 +423,12 @@ impl<'a> DeviceEvaluator<'a> {
     pub fn set_stitch(&mut self, stitch: Option<Stitch>) -> Result<(), MemoryError> {
         self.stitch = stitch.map(Stitch::check).transpose()?;
         Ok(())
+    }
+
+    /// Bars a chunk walk decides a round at most (for measuring; [`WALK_ROWS`] by default, 1 to
+    /// 32). Every value gives the same decisions.
+    pub fn set_walk_rows(&mut self, rows: u32) {
+        self.walk_rows = rows.clamp(1, EVAL_WALK_ROWS);
     }
 
     /// Sums the equity as one chain even where the parallel sum is exact (for measuring).
@@ -637,7 +656,8 @@ impl<'a> DeviceEvaluator<'a> {
         }
 
         // The chunks' walks, a small block each: all resident at once (they wait on latency).
-        let lc = self.block_layout(net, WALK_THREADS, None, false)?;
+        let lc = self.block_layout(net, WALK_THREADS, Some(self.walk_rows), false)?;
+        let walk_first = first_rows(lc.rows);
         let l = params(
             self.ctx.launch(&self.k.chunks),
             w,
@@ -654,13 +674,14 @@ impl<'a> DeviceEvaluator<'a> {
         .input(&self.flat)
         .input(&self.chunk_start)
         .input(&self.chunk_end)
+        .value(&walk_first)
         .output(&mut self.w_target)
         .output(&mut self.w_pos)
         .output(&mut self.w_entry)
         .output(&mut self.w_end_pos)
         .output(&mut self.w_end_entry);
-        // SAFETY: eval_chunks(WALK_PARAMS, chunk_start, chunk_end, w_target, w_pos, w_entry,
-        // w_end_pos, w_end_entry); WALK_PARAMS are EVAL_PARAMS, split_start, split_end,
+        // SAFETY: eval_chunks(WALK_PARAMS, chunk_start, chunk_end, rows_min, w_target, w_pos,
+        // w_entry, w_end_pos, w_end_entry); WALK_PARAMS are EVAL_PARAMS, split_start, split_end,
         // multiplier, cost_per_side, slippage_price, rows_max, flat_target. One block per
         // chunk, whose bars lie in one session of the split (`prepare`), writing the walk's
         // arrays at its own bars and its own chunk's end state; flat holds the split's flat

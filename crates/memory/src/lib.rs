@@ -50,7 +50,9 @@ pub use epoch::{
 };
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]
-pub use eval::{CHUNK_BARS, DeviceBook, DeviceEvaluator, NetOnDevice, Stitch, unsupported_env};
+pub use eval::{
+    CHUNK_BARS, DeviceBook, DeviceEvaluator, NetOnDevice, Stitch, WALK_ROWS, unsupported_env,
+};
 #[cfg(feature = "cuda")]
 pub use gpu_env::GpuVecEnv;
 #[cfg(feature = "cuda")]

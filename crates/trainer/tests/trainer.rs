@@ -914,24 +914,27 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 let booked = book(&got, &market, &exec, &cfg, split.clone()).expect("booked");
                 assert_eq!(booked.metrics, reference.metrics, "{name}: metrics");
                 // Decided and booked on the device: the same metrics to the bit, whatever the
-                // chunks the walk is cut into, the stitch's teams (one block, or several
-                // deciding 1 to 32 bars each a round) and however the equity is summed.
+                // chunks the walk is cut into and the rows its rounds take, the stitch's teams
+                // (one block, or several deciding 1 to 32 bars each a round) and however the
+                // equity is summed.
                 let team = |team, rows| Some(foxhunt_memory::Stitch { team, rows });
-                for (chunk, stitch, chain) in [
-                    (foxhunt_memory::CHUNK_BARS, None, false),
-                    (1, team(1, 32), true),
-                    (7, team(3, 1), false),
-                    (300, team(8, 32), true),
-                    (foxhunt_memory::CHUNK_BARS, team(2, 5), false),
+                for (chunk, walk, stitch, chain) in [
+                    (foxhunt_memory::CHUNK_BARS, 8, None, false),
+                    (1, 1, team(1, 32), true),
+                    (7, 32, team(3, 1), false),
+                    (300, 5, team(8, 32), true),
+                    (foxhunt_memory::CHUNK_BARS, 2, team(2, 5), false),
                 ] {
                     ev.set_chunk_bars(chunk);
+                    ev.set_walk_rows(walk);
                     ev.set_stitch(stitch).expect("stitch");
                     ev.set_chain_only(chain);
                     let got = ev.targets(&net, split.clone()).expect("device decisions");
                     assert_eq!(
                         want.iter().zip(&got).position(|(a, b)| a != b),
                         None,
-                        "{name} {split:?}: chunks of {chunk}, stitch {stitch:?} decide otherwise"
+                        "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?} \
+                         decide otherwise"
                     );
                     let judged = ev.judge(&net, split.clone(), cfg.capital).expect("judged");
                     assert_eq!(
@@ -942,6 +945,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                     );
                 }
                 ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
+                ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
                 ev.set_stitch(None).expect("stitch");
                 ev.set_chain_only(false);
                 compared += 1;
