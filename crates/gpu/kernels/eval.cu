@@ -48,8 +48,6 @@
 #define EVAL_KMAX 8
 // Threads of an evaluation block at most (the register budget: 128 a thread).
 #define EVAL_THREADS_MAX 512
-// Bars a walking block decides in one network pass at most.
-#define EVAL_WALK_ROWS 32
 // Bars a round of a walk decides at most (a team's blocks together).
 #define EVAL_ROUND_ROWS 256
 
@@ -411,7 +409,8 @@ struct Team {
 };
 
 // Walks bars [ws.t, end) of one session by the team's blocks from the state in `ws`, in a
-// position team.size * team.rows bars a round (on the guess that it is held), flat stretches a
+// position team.size * ws.per bars a round (on the guess that it is held; ws.per starts at
+// team.rows_min and doubles up to team.rows while the position is held), flat stretches a
 // block-wide search at a time. Writes each bar's decision to io.out (and the state before it to
 // io.rec_*) where those are given; with io.merge_*, stops at the first bar whose state equals
 // that walk's there. `round` counts the team's rounds (every thread of every block keeps the

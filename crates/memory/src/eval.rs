@@ -303,11 +303,6 @@ impl Stitch {
         }
     }
 
-    /// Bars each block decides in a hold's first round.
-    fn first_rows(self) -> u32 {
-        first_rows(self.rows)
-    }
-
     fn check(self) -> Result<Self, MemoryError> {
         if !(1..=TEAM_MAX).contains(&self.team)
             || !(1..=EVAL_WALK_ROWS).contains(&self.rows)
@@ -330,7 +325,8 @@ fn first_rows(rows: u32) -> u32 {
     (rows / 4).max(1)
 }
 
-/// Rows a walking block decides a network pass at most (eval.cu's EVAL_WALK_ROWS).
+/// Rows a walking block decides a network pass at most (bounded by eval.cu's EVAL_ROUND_ROWS
+/// over a team's blocks; `Stitch::check` holds it).
 const EVAL_WALK_ROWS: u32 = 32;
 
 /// How a kernel's blocks are laid out: warps, and whether the parameters fit in shared memory
@@ -694,7 +690,7 @@ impl<'a> DeviceEvaluator<'a> {
 
         // The true path, a team of blocks a session.
         let (team, ls, blocks) = self.stitch_grid(net, sessions)?;
-        let first_rows = team.first_rows();
+        let first_rows = first_rows(team.rows);
         let per_team = 2 * team.team as usize * ls.rows as usize;
         let teams = (blocks / team.team) as usize;
         fit(&self.ctx, &mut self.team_act, teams * per_team)?;
@@ -1001,8 +997,8 @@ mod tests {
     fn stitch_teams_share_the_device_among_sessions_and_are_bounded() {
         // A month of sessions on 132 multiprocessors: six blocks a session, 4 to 16 rows each.
         assert_eq!(Stitch::auto(20, 132), Stitch { team: 6, rows: 16 });
-        assert_eq!(Stitch::auto(20, 132).first_rows(), 4);
-        assert_eq!(Stitch { team: 3, rows: 3 }.first_rows(), 1);
+        assert_eq!(first_rows(Stitch::auto(20, 132).rows), 4);
+        assert_eq!(first_rows(3), 1);
         // More sessions than blocks: a block a session, its rounds as wide as it takes.
         assert_eq!(Stitch::auto(500, 132), Stitch { team: 1, rows: 32 });
         assert_eq!(Stitch::auto(1, 132).team, TEAM_MAX);
