@@ -669,14 +669,20 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
 /// the agent a CPU run of the profile configuration keeps as best: the bar-by-bar backtest as
 /// before, the host's rewrite, and (cuda) the device's decisions, side by side in one run, each
 /// checked to decide and book the same.
-pub fn eval(
-    root: &Path,
-    device: &str,
-    reps: usize,
-    chunks: &[usize],
-    stitch: &[String],
-    walk_rows: &[u32],
-) -> Result<()> {
+/// The device evaluation's settings that `bench eval --device cuda` times side by side (every
+/// combination): each gives the same decisions.
+pub struct DeviceVariants {
+    /// Bars of a chunk walk.
+    pub chunks: Vec<usize>,
+    /// Stitch teams: `auto` or BLOCKS:ROWS.
+    pub stitch: Vec<String>,
+    /// Most bars a chunk walk decides a round.
+    pub walk_rows: Vec<u32>,
+    /// `reuse` or `full`: how a walk in a position gets its first hidden layer.
+    pub first_layer: Vec<String>,
+}
+
+pub fn eval(root: &Path, device: &str, reps: usize, variants: &DeviceVariants) -> Result<()> {
     use foxhunt_dqn::model::HostQNetwork;
     use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};
     use foxhunt_trainer::eval::{BarByBar, book, host_targets};
@@ -800,9 +806,7 @@ pub fn eval(
                     &decided,
                     &want,
                     reps,
-                    chunks,
-                    stitch,
-                    walk_rows,
+                    variants,
                 )?;
             }
         }
@@ -819,8 +823,8 @@ pub fn eval(
     Ok(())
 }
 
-/// The device's decisions and metrics of `agent` over `split`, for each walk chunk size in
-/// `chunks` and stitch team in `stitch`: median microseconds to decide (read back included), to judge (decide and book on
+/// The device's decisions and metrics of `agent` over `split`, for each combination of
+/// `variants`: median microseconds to decide (read back included), to judge (decide and book on
 /// the device, metrics read back), to judge with the equity as one chain, and to decide and book
 /// on the host; each checked against the bar-by-bar decisions and metrics.
 #[cfg(feature = "cuda")]
@@ -835,13 +839,21 @@ fn device_eval(
     decided: &[i32],
     want: &foxhunt_env::BacktestReport,
     reps: usize,
-    chunks: &[usize],
-    stitch: &[String],
-    walk_rows: &[u32],
+    variants: &DeviceVariants,
 ) -> Result<()> {
     use foxhunt_gpu::GpuContext;
     use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, Stitch, WindowData};
-    let stitches = stitch
+    let firsts = variants
+        .first_layer
+        .iter()
+        .map(|f| match f.as_str() {
+            "reuse" => Ok(true),
+            "full" => Ok(false),
+            _ => anyhow::bail!("--first-layer {f}: expected reuse or full"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let stitches = variants
+        .stitch
         .iter()
         .map(|s| -> Result<(String, Option<Stitch>)> {
             if s == "auto" {
@@ -871,6 +883,7 @@ fn device_eval(
         layout: &layout,
         obs_dim: agent_cfg.obs_dim,
         max_width,
+        first_width: agent_cfg.hidden.first().copied().unwrap_or(0),
     };
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         f()?;
@@ -882,14 +895,18 @@ fn device_eval(
         }
         Ok(summarize(&mut us).0)
     };
-    for ((&chunk, (label, team)), &walk) in chunks
+    for (((&chunk, (label, team)), &walk), &reuse) in variants
+        .chunks
         .iter()
         .flat_map(|c| stitches.iter().map(move |s| (c, s)))
-        .flat_map(|cs| walk_rows.iter().map(move |w| (cs, w)))
+        .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
+        .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
     {
         ev.set_chunk_bars(chunk);
         ev.set_stitch(*team)?;
         ev.set_walk_rows(walk);
+        ev.set_first_layer_reuse(reuse);
+        let first = if reuse { "reuse" } else { "full" };
         let targets = ev.targets(&net, split.clone())?;
         anyhow::ensure!(
             targets
@@ -939,13 +956,14 @@ fn device_eval(
         .map(|(name, us)| format!("{name} {:.1}", summarize(us).0))
         .collect();
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
             kernels.join(", ")
         );
     }
     ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
     ev.set_stitch(None)?;
     ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
+    ev.set_first_layer_reuse(true);
     Ok(())
 }
 
@@ -961,9 +979,7 @@ fn device_eval(
     _: &[i32],
     _: &foxhunt_env::BacktestReport,
     _: usize,
-    _: &[usize],
-    _: &[String],
-    _: &[u32],
+    _: &DeviceVariants,
 ) -> Result<()> {
     anyhow::bail!("bench eval --device cuda needs xtask built with --features cuda")
 }

@@ -111,6 +111,11 @@ enum Bench {
         /// Most bars a chunk walk decides a round, side by side (cuda).
         #[arg(long, value_delimiter = ',', default_value = "8")]
         walk_rows: Vec<u32>,
+        /// How the walks get a position's first hidden layer, side by side (cuda): `reuse` (the
+        /// flat pass's sums of the bar plus the state's two inputs) or `full` (every input
+        /// summed again).
+        #[arg(long, value_delimiter = ',', default_value = "reuse")]
+        first_layer: Vec<String>,
     },
     /// Microseconds per DQN train_step at batch 64 and 1024.
     Dqn {
@@ -215,8 +220,19 @@ fn main() -> Result<()> {
                     chunks,
                     stitch,
                     walk_rows,
+                    first_layer,
                 },
-        } => bench::eval(&root, &device, reps, &chunks, &stitch, &walk_rows),
+        } => bench::eval(
+            &root,
+            &device,
+            reps,
+            &bench::DeviceVariants {
+                chunks,
+                stitch,
+                walk_rows,
+                first_layer,
+            },
+        ),
         #[cfg(feature = "cuda")]
         Command::Bench {
             what: Bench::GpuEnv { envs, steps, reps },

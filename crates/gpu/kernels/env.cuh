@@ -30,6 +30,16 @@ struct Market {
     u32 cols;
 };
 
+// The observation's last two inputs of bar t in state (position, entry), as foxhunt-env's
+// observe: position / max_position, then the unrealized PnL in ticks / upnl_scale.
+__device__ __forceinline__ void observe_state(const Market& m, int max_position, float upnl_scale,
+                                              double tick_size, u32 t, int position, double entry,
+                                              float* out) {
+    out[0] = (float)position / (float)max_position;
+    double upnl_ticks = position == 0 ? 0.0 : (m.close[t] - entry) * (double)position / tick_size;
+    out[1] = (float)upnl_ticks / upnl_scale;
+}
+
 // Observation of bar t in state (position, entry), as foxhunt-env's observe: the look-back rows'
 // features, then position / max_position and the unrealized PnL in ticks / upnl_scale. Written by
 // `lanes` threads together (lane in [0, lanes)); one thread passes 0, 1.
@@ -43,9 +53,7 @@ __device__ void observe(const Market& m, u32 lookback, int max_position, float u
     }
     if (lane == 0) {
         u32 n = lookback * cols;
-        out[n] = (float)position / (float)max_position;
-        double upnl_ticks = position == 0 ? 0.0 : (m.close[t] - entry) * (double)position / tick_size;
-        out[n + 1] = (float)upnl_ticks / upnl_scale;
+        observe_state(m, max_position, upnl_scale, tick_size, t, position, entry, out + n);
     }
 }
 

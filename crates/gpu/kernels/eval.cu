@@ -14,7 +14,9 @@
 // Deciding. The policy is sequential in the state (position, entry price) it holds, but it is a
 // function of (bar, position, entry) alone, and under flatten-at-close every session starts flat.
 // Three kernels:
-// - eval_flat: every bar's decision in the flat state (bars in parallel, a warp R bars);
+// - eval_flat: every bar's decision in the flat state (bars in parallel, a warp R bars), and the
+//   first hidden layer's sums of every bar: the features' part of any state's sums, so a walk
+//   in a position adds only its state's two inputs (the observation's last) to them;
 // - eval_chunks: every chunk of a session (a few dozen bars) walked by a small block as if it
 //   began flat, recording the walk's state before every bar; flat stretches are skipped through
 //   eval_flat's decisions, bars in a position are decided a few at a time on the guess that the
@@ -218,18 +220,24 @@ __device__ __forceinline__ WarpScratch warp_scratch(float* base, u32 warp, u32 d
 }
 
 // The greedy actions of the `rows` observations in s.x into s.act, by group g; `dense(w_off,
-// b_off, d_in, d_out, x, y)` is the group's pass of a hidden layer over those rows.
+// b_off, d_in, d_out, x, y)` is the group's pass of a hidden layer over those rows. With
+// `first_out`, the first hidden layer's sums (before its norm and activation) are also written
+// there, rows x width; with `first_given`, they are in s.a already and s.x is not read.
 template <class G, class Dense>
 __device__ __forceinline__ void greedy(const G& g, const Net& n, const WarpScratch& s, u32 rows,
-                                       Dense dense) {
+                                       Dense dense, float* first_out = 0,
+                                       bool first_given = false) {
     u32 L = net_hidden(n);
     int use_norm = (int)n.w[3];
     const float* in = s.x;
     float* out = s.a;
     for (u32 l = 0; l < L; ++l) {
         const unsigned long long* d = net_layer(n, l);
-        dense(d[0], d[1], (u32)d[2], (u32)d[3], in, out);
+        if (l > 0 || !first_given) dense(d[0], d[1], (u32)d[2], (u32)d[3], in, out);
         g.sync();
+        // Each thread copies the sums post() will overwrite: the same (thread, element) pairs.
+        for (u32 k = g.rank; l == 0 && first_out && k < rows * (u32)d[3]; k += g.size())
+            first_out[k] = out[k];
         post(g, n.p, use_norm, d[4], d[5], out, rows, (u32)d[3], s.stat);
         in = out;
         out = (out == s.a) ? s.b : s.a;
@@ -296,9 +304,14 @@ __device__ __forceinline__ Net eval_prologue(float* sh, const float* params,
 }
 
 // Decisions of bars [split_start, split_end) in the flat state: flat_target[t - split_start].
-// Warps take EVAL_R bars at a time, striding over the grid.
+// Warps take EVAL_R bars at a time, striding over the grid. With first_on (the network has a
+// hidden layer), each bar's first hidden layer sums, before the norm and activation, go to
+// first_sums[(t - split_start) * width]: the bias plus the look-back features' products, in the
+// host's order, then the state inputs' products, which are zero when flat. A walk in a position
+// adds its own state's two products to them instead of summing the features again.
 extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
-    eval_flat(EVAL_PARAMS, u32 split_start, u32 split_end, signed char* flat_target) {
+    eval_flat(EVAL_PARAMS, u32 split_start, u32 split_end, signed char* flat_target,
+              float* first_sums, u32 first_on) {
     extern __shared__ float sh[];
     float* scratch;
     Net n = eval_prologue(sh, params, net, n_params, params_shared, &scratch);
@@ -314,10 +327,14 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
             observe(m, lookback, max_position, upnl_scale, tick_size, first + r, 0, 0.0,
                     s.x + (u64)r * dim, lane, 32);
         __syncwarp();
-        greedy(Warp{lane}, n, s, rows,
-               [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
-                   warp_dense<EVAL_R>(n.p, w_off, b_off, d_in, d_out, x, y, rows, lane);
-               });
+        float* first_out =
+            first_on ? first_sums + (u64)(first - split_start) * (u32)net_layer(n, 0)[3] : 0;
+        greedy(
+            Warp{lane}, n, s, rows,
+            [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
+                warp_dense<EVAL_R>(n.p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+            },
+            first_out);
         if (lane < rows)
             flat_target[first + lane - split_start] =
                 (signed char)action_target(s.act[lane], max_position);
@@ -379,6 +396,7 @@ __device__ __forceinline__ WarpScratch block_scratch(float* base, u32 rows, u32 
 struct WalkIo {
     u32 split_start, split_end;
     const signed char* flat_target;  // the flat decision of every bar
+    const float* first_sums;         // eval_flat's first-layer sums of every bar, or null
     signed char* out;                // the walk's decisions
     signed char* rec_pos;            // with rec_entry: the state before each bar, or null
     double* rec_entry;
@@ -481,9 +499,27 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
         const u32 rows = min(team.size * per, end - t0);
         const u32 mine0 = team.rank * per;
         const u32 mine = rows > mine0 ? min(per, rows - mine0) : 0;
-        for (u32 r = threadIdx.x >> 5; r < mine; r += blockDim.x >> 5)
-            observe(m, lookback, max_position, upnl_scale, tick_size, t0 + mine0 + r, pos, entry,
-                    s.x + (u64)r * dim, threadIdx.x & 31, 32);
+        if (io.first_sums) {
+            // The first layer's sums: the flat sums of the bar (the bias and the features'
+            // products, then the state's zero products, which change at most a zero's sign)
+            // and this state's two products, in the host's order.
+            const unsigned long long* d = net_layer(n, 0);
+            const u32 width = (u32)d[3];
+            const float* wf = n.p + d[0] + (u64)(dim - 2) * width;
+            for (u32 k = threadIdx.x; k < mine * width; k += blockDim.x) {
+                const u32 r = k / width, o = k % width, t = t0 + mine0 + r;
+                float in[2];
+                observe_state(m, max_position, upnl_scale, tick_size, t, pos, entry, in);
+                float acc = io.first_sums[(u64)(t - base) * width + o];
+                acc = acc + in[0] * wf[o];
+                acc = acc + in[1] * wf[width + o];
+                s.a[k] = acc;
+            }
+        } else {
+            for (u32 r = threadIdx.x >> 5; r < mine; r += blockDim.x >> 5)
+                observe(m, lookback, max_position, upnl_scale, tick_size, t0 + mine0 + r, pos,
+                        entry, s.x + (u64)r * dim, threadIdx.x & 31, 32);
+        }
         // The other walk's states at those bars, for thread 0's scan (read here in parallel,
         // not one after another there).
         __shared__ signed char s_mpos[EVAL_ROUND_ROWS];
@@ -494,10 +530,12 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
         }
         __syncthreads();
         if (mine > 0)
-            greedy(Block{threadIdx.x}, n, s, mine,
-                   [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
-                       block_dense<P>(n.p, w_off, b_off, d_in, d_out, x, y, mine);
-                   });
+            greedy(
+                Block{threadIdx.x}, n, s, mine,
+                [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
+                    block_dense<P>(n.p, w_off, b_off, d_in, d_out, x, y, mine);
+                },
+                0, io.first_sums != 0);
         // Every row's action: this block's, or (a team) every block's, met at the barrier.
         __shared__ int s_act[EVAL_ROUND_ROWS];
         const int* act = s.act;
@@ -549,7 +587,8 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
 
 #define WALK_PARAMS                                                                                \
     EVAL_PARAMS, u32 split_start, u32 split_end, double multiplier, double cost_per_side,         \
-        double slippage_price, u32 rows_max, const signed char *flat_target
+        double slippage_price, u32 rows_max, const signed char *flat_target,                   \
+        const float *first_sums, u32 first_on
 
 // Walks chunk c (bars [chunk_start[c], chunk_end[c]) of one session) from a flat start, a block
 // a chunk, rows_min to rows_max bars a round in a position (as a team of one): its decisions
@@ -567,7 +606,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     Exec xc = {multiplier, cost_per_side, slippage_price};
     WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
     const u32 c = blockIdx.x;
-    WalkIo io = {split_start, split_end, flat_target, w_target, w_pos, w_entry, 0, 0};
+    WalkIo io = {split_start, split_end, flat_target, first_on ? first_sums : 0,
+                 w_target, w_pos, w_entry, 0, 0};
     const Team alone = {0, 1, rows_max, min(rows_min, rows_max), 0, 0};
     u32 round = 0;
     if (threadIdx.x == 0) {
@@ -611,7 +651,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     const Team team = {blockIdx.x % team_size, team_size, rows_max, min(rows_min, rows_max),
                        team_act + (u64)g * 2 * team_size * rows_max, team_bar + 2 * g};
     const bool writes = team.rank == 0;
-    WalkIo io = {split_start, split_end, flat_target, writes ? targets : 0, 0, 0, w_pos, w_entry};
+    WalkIo io = {split_start, split_end, flat_target, first_on ? first_sums : 0,
+                 writes ? targets : 0, 0, 0, w_pos, w_entry};
     u32 round = 0;
     for (u32 sid = g; g < teams && sid < n_sessions; sid += teams) {
         const u32 end = sess_end[sid];

@@ -23,6 +23,8 @@ pub struct NetOnDevice<'a> {
     pub obs_dim: usize,
     /// The widest row a layer reads or writes (hidden widths, actions + 1).
     pub max_width: usize,
+    /// Units of the first hidden layer (0 without hidden layers).
+    pub first_width: usize,
 }
 
 /// Why the device cannot decide exactly as the host for this environment, if it cannot: holding
@@ -137,6 +139,10 @@ pub struct DeviceEvaluator<'a> {
     shared_max: u32,
     /// Per bar of the window.
     flat: DeviceBuffer<i8>,
+    /// Per bar, the first hidden layer's sums in the flat state (eval_flat's, for the walks).
+    first_sums: DeviceBuffer<f32>,
+    /// Whether the walks start from `first_sums` (else they sum the first layer again).
+    first_reuse: bool,
     targets: DeviceBuffer<i8>,
     /// Decisions given to [`DeviceEvaluator::book_targets`].
     given: DeviceBuffer<i8>,
@@ -379,6 +385,8 @@ impl<'a> DeviceEvaluator<'a> {
             k,
             // Sized for a split when the first is asked about (`prepare`).
             flat: ctx.alloc(0)?,
+            first_sums: ctx.alloc(0)?,
+            first_reuse: true,
             targets: ctx.alloc(0)?,
             given: ctx.alloc(0)?,
             w_target: ctx.alloc(0)?,
@@ -425,6 +433,13 @@ impl<'a> DeviceEvaluator<'a> {
     /// 32). Every value gives the same decisions.
     pub fn set_walk_rows(&mut self, rows: u32) {
         self.walk_rows = rows.clamp(1, EVAL_WALK_ROWS);
+    }
+
+    /// Whether the walks in a position take the first hidden layer's sums from the flat pass
+    /// and add only the state's two inputs (the default), or sum every input again (for
+    /// measuring). Both give the same decisions.
+    pub fn set_first_layer_reuse(&mut self, on: bool) {
+        self.first_reuse = on;
     }
 
     /// Sums the equity as one chain even where the parallel sum is exact (for measuring).
@@ -621,6 +636,14 @@ impl<'a> DeviceEvaluator<'a> {
             slippage: self.exec.slippage_price,
         };
         let s = &scalars;
+        let first_on = u32::from(self.first_reuse && net.first_width > 0);
+        if first_on == 1 {
+            fit(
+                &self.ctx,
+                &mut self.first_sums,
+                split.len() * net.first_width,
+            )?;
+        }
         if let Some(m) = self.marks.as_mut() {
             m.restart()?;
         }
@@ -639,11 +662,16 @@ impl<'a> DeviceEvaluator<'a> {
         let l = params(self.ctx.launch(&self.k.flat), w, s, net, &lf.params_shared)
             .value(&s.split_start)
             .value(&s.split_end)
-            .output(&mut self.flat);
-        // SAFETY: eval_flat(EVAL_PARAMS, split_start, split_end, flat_target) in
-        // kernels/eval.cu; the market buffers hold the window's rows and the split lies inside
-        // them (checked); the layout words describe `params` (made together by foxhunt-dqn);
-        // every warp writes flat[t - split_start] of its own bars only, inside the split; the
+            .output(&mut self.flat)
+            .output(&mut self.first_sums)
+            .value(&first_on);
+        // SAFETY: eval_flat(EVAL_PARAMS, split_start, split_end, flat_target, first_sums,
+        // first_on) in kernels/eval.cu; the market buffers hold the window's rows and the split
+        // lies inside them (checked); the layout words describe `params` (made together by
+        // foxhunt-dqn), whose first hidden layer has first_width units; first_sums holds that
+        // many floats a bar of the split when first_on (fitted above) and is not read
+        // otherwise; every warp writes flat[t - split_start] (and its first sums) of its own
+        // bars only, inside the split; the
         // dynamic shared memory holds the parameters when params_shared and each warp's
         // scratch (`layout`).
         unsafe { l.run(grid(blocks, &lf)) }?;
@@ -668,6 +696,8 @@ impl<'a> DeviceEvaluator<'a> {
         .value(&s.slippage)
         .value(&lc.rows)
         .input(&self.flat)
+        .input(&self.first_sums)
+        .value(&first_on)
         .input(&self.chunk_start)
         .input(&self.chunk_end)
         .value(&walk_first)
@@ -678,7 +708,8 @@ impl<'a> DeviceEvaluator<'a> {
         .output(&mut self.w_end_entry);
         // SAFETY: eval_chunks(WALK_PARAMS, chunk_start, chunk_end, rows_min, w_target, w_pos,
         // w_entry, w_end_pos, w_end_entry); WALK_PARAMS are EVAL_PARAMS, split_start, split_end,
-        // multiplier, cost_per_side, slippage_price, rows_max, flat_target. One block per
+        // multiplier, cost_per_side, slippage_price, rows_max, flat_target, first_sums,
+        // first_on (eval_flat's, read at the split's bars only when first_on). One block per
         // chunk, whose bars lie in one session of the split (`prepare`), writing the walk's
         // arrays at its own bars and its own chunk's end state; flat holds the split's flat
         // decisions (queued before on this stream); the dynamic shared memory holds the
@@ -709,6 +740,8 @@ impl<'a> DeviceEvaluator<'a> {
         .value(&s.slippage)
         .value(&ls.rows)
         .input(&self.flat)
+        .input(&self.first_sums)
+        .value(&first_on)
         .input(&self.sess_start)
         .input(&self.sess_end)
         .input(&self.sess_chunk)

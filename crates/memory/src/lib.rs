@@ -35,12 +35,15 @@ mod replay;
 pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
 
 /// Device bytes the greedy evaluation (`DeviceEvaluator`) holds per bar of the largest split it
-/// is asked about: the flat decisions, the walk's decisions, the given and final ones, the walk's
-/// position (1 byte each), its entry price (8), the booking's steps (hold PnL, bar PnL, cost: 8
-/// each, a packed word: 4), step PnL, cost, their gathered copies and the equity (8 each), two
-/// point flags (1 each), and a little more for the chunk and session tables (a chunk's 17 bytes
-/// over its 64 bars and more, a session's 76 over its hundreds).
-pub const EVAL_BYTES_PER_BAR: usize = 84;
+/// is asked about, for a network whose first hidden layer has `first_width` units: the flat
+/// decisions, the walk's decisions, the given and final ones, the walk's position (1 byte each),
+/// its entry price (8), the booking's steps (hold PnL, bar PnL, cost: 8 each, a packed word: 4),
+/// step PnL, cost, their gathered copies and the equity (8 each), two point flags (1 each), a
+/// little more for the chunk and session tables (a chunk's 17 bytes over its 64 bars and more, a
+/// session's 76 over its hundreds), and the first layer's flat sums (4 bytes a unit).
+pub fn eval_bytes_per_bar(first_width: usize) -> usize {
+    84 + 4 * first_width
+}
 #[cfg(feature = "cuda")]
 pub use device::{DevicePool, DeviceWindow, GpuArena, OnStream};
 #[cfg(feature = "cuda")]

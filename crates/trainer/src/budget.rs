@@ -92,6 +92,8 @@ pub(crate) fn device_estimate(
     let capacity = cfg.dqn.replay_capacity as f64;
     let envs = cfg.envs as f64;
     let batch = cfg.dqn.batch_size as f64;
+    let eval_per_bar =
+        foxhunt_memory::eval_bytes_per_bar(cfg.dqn.hidden.first().copied().unwrap_or(0));
     vec![
         (
             format!(
@@ -113,11 +115,10 @@ pub(crate) fn device_estimate(
         ),
         (
             format!(
-                "greedy evaluation: {eval_bars} bars (the largest validation or test split) x {} \
-                 bytes",
-                foxhunt_memory::EVAL_BYTES_PER_BAR
+                "greedy evaluation: {eval_bars} bars (the largest validation or test split) x \
+                 {eval_per_bar} bytes"
             ),
-            eval_bars as f64 * foxhunt_memory::EVAL_BYTES_PER_BAR as f64,
+            eval_bars as f64 * eval_per_bar as f64,
         ),
     ]
 }
@@ -257,14 +258,27 @@ mod tests {
             "{e}"
         );
         // A population on one GPU: each member's device state, with the arithmetic.
-        let one: f64 = device_estimate(&cfg, 15, 30_000).iter().map(|p| p.1).sum();
-        assert!(one < total, "the ring holds indices, not observations");
+        let parts = device_estimate(&cfg, 15, 30_000);
+        let one: f64 = parts.iter().map(|p| p.1).sum();
+        let part = |parts: &[(String, f64)], what: &str| {
+            parts
+                .iter()
+                .find(|p| p.0.starts_with(what))
+                .map(|p| p.1)
+                .expect(what)
+        };
+        assert!(
+            4.0 * part(&parts, "replay ring:") < part(&estimate(&cfg, 15), "replay:"),
+            "the ring holds indices, not observations"
+        );
         check_device(&cfg, 15, 30_000, 16, 16.0 * one).expect("sixteen fit exactly");
         // The evaluation of a year's split is counted too.
         let year: f64 = device_estimate(&cfg, 15, 350_000).iter().map(|p| p.1).sum();
         assert_eq!(
             year - one,
-            320_000.0 * foxhunt_memory::EVAL_BYTES_PER_BAR as f64
+            320_000.0
+                * foxhunt_memory::eval_bytes_per_bar(cfg.dqn.hidden.first().copied().unwrap_or(0))
+                    as f64
         );
         let e = check_device(&cfg, 15, 30_000, 16, 15.0 * one)
             .expect_err("sixteen do not fit in fifteen's memory")

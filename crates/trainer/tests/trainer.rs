@@ -883,6 +883,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 layout: &layout,
                 obs_dim: agent_cfg.obs_dim,
                 max_width,
+                first_width: agent_cfg.hidden.first().copied().unwrap_or(0),
             };
             let host_net = foxhunt_dqn::model::HostQNetwork::from_flat(&agent_cfg, &params);
             for split in [0..n / 3, n / 3..n, 17..n - 5] {
@@ -915,26 +916,29 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 assert_eq!(booked.metrics, reference.metrics, "{name}: metrics");
                 // Decided and booked on the device: the same metrics to the bit, whatever the
                 // chunks the walk is cut into and the rows its rounds take, the stitch's teams
-                // (one block, or several deciding 1 to 32 bars each a round) and however the
-                // equity is summed.
+                // (one block, or several deciding 1 to 32 bars each a round), whether the walks
+                // start from the flat pass's first-layer sums or sum every input again, and
+                // however the equity is summed.
                 let team = |team, rows| Some(foxhunt_memory::Stitch { team, rows });
-                for (chunk, walk, stitch, chain) in [
-                    (foxhunt_memory::CHUNK_BARS, 8, None, false),
-                    (1, 1, team(1, 32), true),
-                    (7, 32, team(3, 1), false),
-                    (300, 5, team(8, 32), true),
-                    (foxhunt_memory::CHUNK_BARS, 2, team(2, 5), false),
+                for (chunk, walk, stitch, reuse, chain) in [
+                    (foxhunt_memory::CHUNK_BARS, 8, None, true, false),
+                    (foxhunt_memory::CHUNK_BARS, 8, None, false, false),
+                    (1, 1, team(1, 32), true, true),
+                    (7, 32, team(3, 1), false, false),
+                    (300, 5, team(8, 32), true, true),
+                    (foxhunt_memory::CHUNK_BARS, 2, team(2, 5), false, false),
                 ] {
                     ev.set_chunk_bars(chunk);
                     ev.set_walk_rows(walk);
                     ev.set_stitch(stitch).expect("stitch");
+                    ev.set_first_layer_reuse(reuse);
                     ev.set_chain_only(chain);
                     let got = ev.targets(&net, split.clone()).expect("device decisions");
                     assert_eq!(
                         want.iter().zip(&got).position(|(a, b)| a != b),
                         None,
-                        "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?} \
-                         decide otherwise"
+                        "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?}, \
+                         first-layer reuse {reuse} decide otherwise"
                     );
                     let judged = ev.judge(&net, split.clone(), cfg.capital).expect("judged");
                     assert_eq!(
@@ -947,6 +951,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
                 ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
                 ev.set_stitch(None).expect("stitch");
+                ev.set_first_layer_reuse(true);
                 ev.set_chain_only(false);
                 compared += 1;
             }
