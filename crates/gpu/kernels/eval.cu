@@ -376,6 +376,71 @@ __device__ __forceinline__ void block_dense(const float* p, u64 w_off, u64 b_off
     }
 }
 
+// block_dense for layers whose weights and biases lie in aligned groups of four outputs: a
+// thread takes four neighbouring outputs of R rows, so that one vector load of weights serves
+// 4 x R sums and each input value serves four (a pass is bound by the loads of shared memory or
+// the first-level cache, not by the arithmetic, when every product needs a weight of its own).
+// Each sum is still one output's, in the host's order.
+template <int R>
+__device__ __forceinline__ void block_dense_quads(const float* p, u64 w_off, u64 b_off,
+                                                  u32 d_in, u32 d_out, const float* x, float* y,
+                                                  u32 rows) {
+    const float4* w = reinterpret_cast<const float4*>(p + w_off);
+    const float4* bias = reinterpret_cast<const float4*>(p + b_off);
+    const u32 quads = d_out / 4, groups = (rows + R - 1) / R;
+    for (u32 k = threadIdx.x; k < groups * quads; k += blockDim.x) {
+        const u32 q = k % quads, g = k / quads;
+        const float* xr[R];
+        float4 acc[R];
+        const float4 b = bias[q];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            // A row past the end repeats the group's first: summed, never stored.
+            const u32 r = g * R + j;
+            xr[j] = x + (u64)(r < rows ? r : g * R) * d_in;
+            acc[j] = b;
+        }
+#pragma unroll 4
+        for (u32 i = 0; i < d_in; ++i) {
+            const float4 wv = w[(u64)i * quads + q];
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const float xv = xr[j][i];
+                acc[j].x = acc[j].x + xv * wv.x;
+                acc[j].y = acc[j].y + xv * wv.y;
+                acc[j].z = acc[j].z + xv * wv.z;
+                acc[j].w = acc[j].w + xv * wv.w;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const u32 r = g * R + j;
+            if (r < rows) {
+                float* yr = y + (u64)r * d_out + 4 * q;
+                yr[0] = acc[j].x;
+                yr[1] = acc[j].y;
+                yr[2] = acc[j].z;
+                yr[3] = acc[j].w;
+            }
+        }
+    }
+}
+
+// A walking block's pass of a hidden layer over `rows` rows: four outputs a thread, two rows
+// each, where the layer's parameters allow vector loads, else block_dense.
+__device__ __forceinline__ void block_dense_any(const float* p, u64 w_off, u64 b_off, u32 d_in,
+                                               u32 d_out, const float* x, float* y, u32 rows) {
+    // The parameters' base is 16-byte aligned (cudaMalloc, or the start of shared memory).
+    if (((w_off | b_off | (u64)d_out) & 3) == 0) {
+        if (rows == 1)
+            block_dense_quads<1>(p, w_off, b_off, d_in, d_out, x, y, rows);
+        else
+            block_dense_quads<2>(p, w_off, b_off, d_in, d_out, x, y, rows);
+    } else {
+        block_dense<2>(p, w_off, b_off, d_in, d_out, x, y, rows);
+    }
+}
+
 // Floats of a block's scratch for `rows` rows.
 __device__ __forceinline__ u32 block_scratch_floats(u32 rows, u32 dim, u32 max_width) {
     return rows * dim + 2 * rows * max_width + 3 * rows;
@@ -434,7 +499,6 @@ struct Team {
 // that walk's there. `round` counts the team's rounds (every thread of every block keeps the
 // same count). On return (every thread), ws.t is the bar it stopped at (end when it ran
 // through) and ws.pos / ws.entry the state there: the same in every block of the team.
-template <int P>
 __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lookback,
                            int max_position, float upnl_scale, double tick_size,
                            const WalkIo& io, const WarpScratch& s, const Team& team, u32 end,
@@ -528,12 +592,13 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
             s_mpos[r] = io.merge_pos[t0 + r - base];
             s_mentry[r] = io.merge_entry[t0 + r - base];
         }
+        if (threadIdx.x == 0) ws.u = rows;
         __syncthreads();
         if (mine > 0)
             greedy(
                 Block{threadIdx.x}, n, s, mine,
                 [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
-                    block_dense<P>(n.p, w_off, b_off, d_in, d_out, x, y, mine);
+                    block_dense_any(n.p, w_off, b_off, d_in, d_out, x, y, mine);
                 },
                 0, io.first_sums != 0);
         // Every row's action: this block's, or (a team) every block's, met at the barrier.
@@ -548,36 +613,46 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
             act = s_act;
         }
         round += 1;
+        // The round ends at its first row where the other walk's state is met, the decision
+        // trades, or the session ends (ws.u, set to rows before the pass); every row before it
+        // holds the position. Found and written by all threads at once.
+        for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
+            const bool met = merging && same_state(pos, entry, s_mpos[r], s_mentry[r]);
+            if (met || action_target(act[r], max_position) != pos || t0 + r + 1 >= end)
+                atomicMin(&ws.u, r);
+        }
+        __syncthreads();
+        const u32 held = ws.u;
+        for (u32 r = threadIdx.x; r < held; r += blockDim.x) {
+            if (io.out) io.out[t0 + r - base] = (signed char)pos;
+            if (io.rec_pos) {
+                io.rec_pos[t0 + r - base] = (signed char)pos;
+                io.rec_entry[t0 + r - base] = entry;
+            }
+        }
         if (threadIdx.x == 0) {
-            u32 t = t0;
-            int p = pos;
-            double e = entry;
-            ws.per = team.rows_min;
-            for (u32 j = 0; j < rows; ++j) {
-                t = t0 + j;
-                if (merging && same_state(p, e, s_mpos[j], s_mentry[j])) {
-                    ws.stop = 1;
-                    break;
-                }
-                int target = action_target(act[j], max_position);
+            const u32 t = t0 + held;
+            if (held == rows) {
+                // Held through the round (never at the session's last bar): wider next time.
+                ws.t = t;
+                ws.per = min(2 * per, team.rows);
+            } else if (merging && same_state(pos, entry, s_mpos[held], s_mentry[held])) {
+                ws.t = t;
+                ws.stop = 1;
+                ws.per = team.rows_min;
+            } else {
+                const int target = action_target(act[held], max_position);
                 if (io.out) io.out[t - base] = (signed char)target;
                 if (io.rec_pos) {
-                    io.rec_pos[t - base] = (signed char)p;
-                    io.rec_entry[t - base] = e;
+                    io.rec_pos[t - base] = (signed char)pos;
+                    io.rec_entry[t - base] = entry;
                 }
-                t += 1;
-                if (target == p && t < end) {  // held, and not the session's last bar
-                    if (j + 1 == rows) ws.per = min(2 * per, team.rows);
-                    continue;
-                }
-                Trans tr = transition(m, xc, t - 1, io.split_end, 1, p, target);
-                e = next_entry(e, p, tr);
-                p = tr.position;
-                break;
+                Trans tr = transition(m, xc, t, io.split_end, 1, pos, target);
+                ws.entry = next_entry(entry, pos, tr);
+                ws.pos = tr.position;
+                ws.t = t + 1;
+                ws.per = team.rows_min;
             }
-            ws.t = t;
-            ws.pos = p;
-            ws.entry = e;
         }
         __syncthreads();
         if (ws.stop) break;
@@ -617,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
         ws.stop = 0;
         ws.per = alone.rows_min;
     }
-    block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone,
+    block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone,
                   chunk_end[c], ws, round);
     if (threadIdx.x == 0) {
         w_end_pos[c] = (signed char)ws.pos;
@@ -666,7 +741,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
         for (u32 c = sess_chunk[sid]; true;) {
             __syncthreads();
             if (threadIdx.x == 0) ws.stop = 0;
-            block_walk<2>(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, team,
+            block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, team,
                           end, ws, round);
             if (!ws.stop) break;  // ran through the session
             // Met the walk of the chunk holding bar ws.t: the rest of that chunk is its.
