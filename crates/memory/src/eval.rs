@@ -58,7 +58,7 @@ const ROUND_ROWS: u32 = 256;
 const TEAM_ROWS: u32 = 16;
 /// Bytes of shared memory the evaluation kernels declare statically, at most (with a margin).
 const STATIC_SHARED: u32 = 4096 + 13 * ROUND_ROWS;
-/// Sessions book_sessions takes per block (a warp each).
+/// Sessions book_sessions takes per block (a warp each; eval.cu's BOOK_WARPS).
 const BOOK_WARPS: u32 = 8;
 
 /// The tables of one split: its sessions and their chunks, on the device.
