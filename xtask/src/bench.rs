@@ -670,7 +670,8 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
 /// before, the host's rewrite, and (cuda) the device's decisions, side by side in one run, each
 /// checked to decide and book the same.
 /// The device evaluation's settings that `bench eval --device cuda` times side by side (every
-/// combination): each gives the same decisions.
+/// combination): each gives the same decisions. Read only by the CUDA build.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub struct DeviceVariants {
     /// Bars of a chunk walk.
     pub chunks: Vec<usize>,
