@@ -584,8 +584,7 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
                 observe(m, lookback, max_position, upnl_scale, tick_size, t0 + mine0 + r, pos,
                         entry, s.x + (u64)r * dim, threadIdx.x & 31, 32);
         }
-        // The other walk's states at those bars, for thread 0's scan (read here in parallel,
-        // not one after another there).
+        // The other walk's states at those bars, for the search for the round's end.
         __shared__ signed char s_mpos[EVAL_ROUND_ROWS];
         __shared__ double s_mentry[EVAL_ROUND_ROWS];
         for (u32 r = threadIdx.x; merging && r < rows; r += blockDim.x) {
@@ -692,8 +691,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
         ws.stop = 0;
         ws.per = alone.rows_min;
     }
-    block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone,
-                  chunk_end[c], ws, round);
+    block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone, chunk_end[c],
+               ws, round);
     if (threadIdx.x == 0) {
         w_end_pos[c] = (signed char)ws.pos;
         w_end_entry[c] = ws.entry;
@@ -741,8 +740,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
         for (u32 c = sess_chunk[sid]; true;) {
             __syncthreads();
             if (threadIdx.x == 0) ws.stop = 0;
-            block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, team,
-                          end, ws, round);
+            block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, team, end,
+                       ws, round);
             if (!ws.stop) break;  // ran through the session
             // Met the walk of the chunk holding bar ws.t: the rest of that chunk is its.
             const u32 t = ws.t;

@@ -23,7 +23,9 @@ pub struct NetOnDevice<'a> {
     pub obs_dim: usize,
     /// The widest row a layer reads or writes (hidden widths, actions + 1).
     pub max_width: usize,
-    /// Units of the first hidden layer (0 without hidden layers).
+    /// Units of the first hidden layer (0 without hidden layers), as the layout words say: the
+    /// evaluator sizes the flat pass's first-layer sums by it, and the kernels write that layer's
+    /// width a bar.
     pub first_width: usize,
 }
 
