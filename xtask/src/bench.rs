@@ -664,11 +664,6 @@ pub fn gpu_env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()
     Ok(())
 }
 
-/// `cargo xtask bench eval [--device cpu|cuda]`: the greedy evaluation of the profile
-/// configuration's validation month (the last window of its plan), for the untrained agent and
-/// the agent a CPU run of the profile configuration keeps as best: the bar-by-bar backtest as
-/// before, the host's rewrite, and (cuda) the device's decisions, side by side in one run, each
-/// checked to decide and book the same.
 /// The device evaluation's settings that `bench eval --device cuda` times side by side (every
 /// combination): each gives the same decisions. Read only by the CUDA build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -683,6 +678,11 @@ pub struct DeviceVariants {
     pub first_layer: Vec<String>,
 }
 
+/// `cargo xtask bench eval [--device cpu|cuda]`: the greedy evaluation of the profile
+/// configuration's validation month (the last window of its plan), for the untrained agent and
+/// the agent a CPU run of the profile configuration keeps as best: the bar-by-bar backtest as
+/// before, the host's rewrite, and (cuda) the device's decisions, side by side in one run, each
+/// checked to decide and book the same.
 pub fn eval(root: &Path, device: &str, reps: usize, variants: &DeviceVariants) -> Result<()> {
     use foxhunt_dqn::model::HostQNetwork;
     use foxhunt_dqn::{CpuBackend, DqnAgent, checkpoint};

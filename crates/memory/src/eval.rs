@@ -673,9 +673,8 @@ impl<'a> DeviceEvaluator<'a> {
         // foxhunt-dqn), whose first hidden layer has first_width units; first_sums holds that
         // many floats a bar of the split when first_on (fitted above) and is not read
         // otherwise; every warp writes flat[t - split_start] (and its first sums) of its own
-        // bars only, inside the split; the
-        // dynamic shared memory holds the parameters when params_shared and each warp's
-        // scratch (`layout`).
+        // bars only, inside the split; the dynamic shared memory holds the parameters when
+        // params_shared and each warp's scratch (`layout`).
         unsafe { l.run(grid(blocks, &lf)) }?;
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
