@@ -306,6 +306,11 @@ impl Default for DqnConfig {
 }
 
 impl DqnConfig {
+    /// Units of the first hidden layer; 0 when there is none (the head reads the observation).
+    pub fn first_width(&self) -> usize {
+        self.hidden.first().copied().unwrap_or(0)
+    }
+
     /// Checks the values a user may have set; the error says which and why.
     pub fn validate(&self) -> Result<(), crate::DqnError> {
         let bad = |m: String| Err(crate::DqnError::Config(m));

@@ -92,8 +92,7 @@ pub(crate) fn device_estimate(
     let capacity = cfg.dqn.replay_capacity as f64;
     let envs = cfg.envs as f64;
     let batch = cfg.dqn.batch_size as f64;
-    let eval_per_bar =
-        foxhunt_memory::eval_bytes_per_bar(cfg.dqn.hidden.first().copied().unwrap_or(0));
+    let eval_per_bar = foxhunt_memory::eval_bytes_per_bar(cfg.dqn.first_width());
     vec![
         (
             format!(
@@ -276,9 +275,7 @@ mod tests {
         let year: f64 = device_estimate(&cfg, 15, 350_000).iter().map(|p| p.1).sum();
         assert_eq!(
             year - one,
-            320_000.0
-                * foxhunt_memory::eval_bytes_per_bar(cfg.dqn.hidden.first().copied().unwrap_or(0))
-                    as f64
+            320_000.0 * foxhunt_memory::eval_bytes_per_bar(cfg.dqn.first_width()) as f64
         );
         let e = check_device(&cfg, 15, 30_000, 16, 15.0 * one)
             .expect_err("sixteen do not fit in fifteen's memory")

@@ -883,7 +883,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 layout: &layout,
                 obs_dim: agent_cfg.obs_dim,
                 max_width,
-                first_width: agent_cfg.hidden.first().copied().unwrap_or(0),
+                first_width: agent_cfg.first_width(),
             };
             let host_net = foxhunt_dqn::model::HostQNetwork::from_flat(&agent_cfg, &params);
             for split in [0..n / 3, n / 3..n, 17..n - 5] {

@@ -218,7 +218,7 @@ impl<'a> DeviceEngine<'a, '_> {
             layout: self.fused.layout_words(),
             obs_dim: self.agent.config().obs_dim,
             max_width: *max_width,
-            first_width: self.agent.config().hidden.first().copied().unwrap_or(0),
+            first_width: self.agent.config().first_width(),
         };
         Ok(Some((evaluator, net)))
     }
