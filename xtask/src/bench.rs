@@ -164,9 +164,9 @@ pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
 
 /// `cargo xtask bench dqn`: microseconds per DQN train_step (32 -> 128 -> 128 -> 3, Adam,
 /// double DQN, Huber, grad clip) at batch 64 and 1024, on the CPU (NdArray) or burn-cuda.
-pub fn dqn(root: &Path, device: &str, updates: usize) -> Result<()> {
+pub fn dqn(root: &Path, device: &str, updates: usize, batch_rows: &[usize]) -> Result<()> {
     #[cfg(not(feature = "cuda"))]
-    let _ = root; // only the one-launch benchmark reads the bundled data
+    let _ = (root, batch_rows); // only the one-launch benchmark reads these
     match device {
         "cpu" => {
             dqn_on::<foxhunt_dqn::CpuBackend>(&Default::default(), "cpu (burn NdArray)", updates)
@@ -175,7 +175,10 @@ pub fn dqn(root: &Path, device: &str, updates: usize) -> Result<()> {
         "cuda" => {
             dqn_on::<foxhunt_dqn::CudaBackend>(&Default::default(), "cuda (burn-cuda)", updates)?;
             dqn_fused(updates)?;
-            dqn_one_launch(root, updates)
+            for &rows in batch_rows {
+                dqn_one_launch(root, updates, rows)?;
+            }
+            Ok(())
         }
         other => anyhow::bail!(
             "--device {other}: this build knows cpu{}",
@@ -360,7 +363,7 @@ fn dqn_fused(updates: usize) -> Result<()> {
 /// single-update launches synchronized each time. Microseconds per update or step; medians of 5
 /// launches.
 #[cfg(feature = "cuda")]
-fn dqn_one_launch(root: &Path, updates: usize) -> Result<()> {
+fn dqn_one_launch(root: &Path, updates: usize, batch_rows: usize) -> Result<()> {
     use foxhunt_dqn::fused::{FusedDqn, TargetStep, update_terms};
     use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
     use foxhunt_gpu::{DeviceBatch, GpuContext};
@@ -377,7 +380,7 @@ fn dqn_one_launch(root: &Path, updates: usize) -> Result<()> {
     })?;
     let n_env = 64;
     println!(
-        "bench dqn: cuda (one-launch epoch kernel), same network, ring of 64 environments over the bundled ES bars, launches of {updates} steps"
+        "bench dqn: cuda (one-launch epoch kernel), same network, ring of 64 environments over the bundled ES bars, launches of {updates} steps, {batch_rows} batch rows a block"
     );
     println!(
         "{:>6} {:>7} {:>16} {:>16} {:>18}",
@@ -401,7 +404,8 @@ fn dqn_one_launch(root: &Path, updates: usize) -> Result<()> {
             actions: cfg.actions,
             hidden: cfg.hidden.clone(),
         };
-        let mut kernel = EpochKernel::new(&ctx, shape, n_env, batch, steps.max(64))?;
+        let mut kernel =
+            EpochKernel::with_batch_rows(&ctx, shape, n_env, batch, steps.max(64), batch_rows)?;
         let mut ring = DeviceReplay::new(&ctx, n_env, 4096 / n_env)?;
         let mut db = DeviceBatch::new(&ctx, batch, cfg.obs_dim)?;
         let mut env = GpuVecEnv::new(&arena, env_cfg.clone(), 0..m.rows(), n_env, 7)?;
@@ -884,7 +888,7 @@ fn device_eval(
         layout: &layout,
         obs_dim: agent_cfg.obs_dim,
         max_width,
-        first_width: agent_cfg.hidden.first().copied().unwrap_or(0),
+        first_width: agent_cfg.first_width(),
     };
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         f()?;

@@ -125,6 +125,10 @@ enum Bench {
         /// Timed updates per batch size.
         #[arg(long, default_value_t = 200)]
         updates: usize,
+        /// The one-launch kernel's batch rows a block (a list compares them side by side; the
+        /// engine's choice is foxhunt-memory's `EpochKernel::BATCH_ROWS`).
+        #[arg(long, value_delimiter = ',', default_value = "4")]
+        batch_rows: Vec<usize>,
     },
     /// Steps per second of the GPU environment (xtask built with --features cuda).
     #[cfg(feature = "cuda")]
@@ -210,8 +214,13 @@ fn main() -> Result<()> {
             what: Bench::Env { envs, steps, reps },
         } => bench::env(&root, envs, steps, reps),
         Command::Bench {
-            what: Bench::Dqn { device, updates },
-        } => bench::dqn(&root, &device, updates),
+            what:
+                Bench::Dqn {
+                    device,
+                    updates,
+                    batch_rows,
+                },
+        } => bench::dqn(&root, &device, updates, &batch_rows),
         Command::Bench {
             what:
                 Bench::Eval {

@@ -200,6 +200,24 @@ impl EpochKernel {
         batch: usize,
         max_steps: usize,
     ) -> Result<Self, MemoryError> {
+        Self::with_batch_rows(ctx, shape, n_env, batch, max_steps, Self::BATCH_ROWS)
+    }
+
+    /// Batch rows a block learns from when blocks are free (`new`'s choice): fewer rows a block
+    /// shorten its passes, more blocks lengthen the gradient's sum over their slots and the
+    /// grid barriers.
+    pub const BATCH_ROWS: usize = 4;
+
+    /// As [`EpochKernel::new`], with one block per `batch_rows` rows of the batch (at least 1)
+    /// where the environments do not ask for more blocks and the device holds them.
+    pub fn with_batch_rows(
+        ctx: &GpuContext,
+        shape: NetShape,
+        n_env: usize,
+        batch: usize,
+        max_steps: usize,
+        batch_rows: usize,
+    ) -> Result<Self, MemoryError> {
         if let Some(why) = unsupported(ctx, &shape)? {
             return Err(MemoryError::Config(format!("one-launch epoch: {why}")));
         }
@@ -215,7 +233,10 @@ impl EpochKernel {
         // One block per few rows of the larger of environments and batch, as many as can be
         // resident at once (a cooperative launch needs them all).
         let resident = (ctx.sm_count()? * kernel.blocks_per_sm(THREADS, shared)?).max(1) as usize;
-        let wanted = n_env.div_ceil(16).max(batch.div_ceil(4)).max(1);
+        let wanted = n_env
+            .div_ceil(16)
+            .max(batch.div_ceil(batch_rows.max(1)))
+            .max(1);
         let blocks = wanted.min(resident);
         Ok(Self {
             grid: Grid {
