@@ -40,19 +40,22 @@ __device__ __forceinline__ void observe_state(const Market& m, int max_position,
     out[1] = (float)upnl_ticks / upnl_scale;
 }
 
+// Input k < lookback * cols of bar t's observation: feature k % cols of look-back row k / cols
+// (the oldest first; rows before the first bar repeat it).
+__device__ __forceinline__ float lookback_feature(const Market& m, u32 lookback, u32 t, u32 k) {
+    u32 j = k / m.cols, c = k % m.cols;
+    u32 row = (t + j + 1 >= lookback) ? (t + j + 1 - lookback) : 0;
+    return m.features[(size_t)row * m.cols + c];
+}
+
 // Observation of bar t in state (position, entry), as foxhunt-env's observe: the look-back rows'
 // features, then position / max_position and the unrealized PnL in ticks / upnl_scale. Written by
 // `lanes` threads together (lane in [0, lanes)); one thread passes 0, 1.
 __device__ void observe(const Market& m, u32 lookback, int max_position, float upnl_scale, double tick_size,
                         u32 t, int position, double entry, float* out, u32 lane, u32 lanes) {
-    u32 cols = m.cols;
-    for (u32 k = lane; k < lookback * cols; k += lanes) {
-        u32 j = k / cols, c = k % cols;
-        u32 row = (t + j + 1 >= lookback) ? (t + j + 1 - lookback) : 0;
-        out[k] = m.features[(size_t)row * cols + c];
-    }
+    for (u32 k = lane; k < lookback * m.cols; k += lanes) out[k] = lookback_feature(m, lookback, t, k);
     if (lane == 0) {
-        u32 n = lookback * cols;
+        u32 n = lookback * m.cols;
         observe_state(m, max_position, upnl_scale, tick_size, t, position, entry, out + n);
     }
 }

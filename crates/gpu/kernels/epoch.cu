@@ -48,6 +48,7 @@ __device__ __forceinline__ u64 global_time() {
 // weight offset, bias offset, d_in, d_out.
 #define NET_HEADER 5
 #define NET_LAYER 6
+#define LAYOUT_WORDS (NET_HEADER + MAX_HIDDEN * NET_LAYER + 8)
 struct Layer { u64 w, b; u32 d_in, d_out; u64 g, beta; };
 
 __device__ __forceinline__ Layer hidden_layer(const u64* lw, u32 l) {
@@ -64,6 +65,12 @@ __device__ __forceinline__ Layer head_layer(const u64* lw, u32 k) {
 // The most rows of a chunk (the host's chunk is at most this).
 #define MAX_CHUNK 8
 
+// A dense layer's output v at y[k], and act(v) at a[k] where a is given (a == y: only act(v)).
+__device__ __forceinline__ void put(float* y, float* a, int act, u64 k, float v) {
+    if (a != y) y[k] = v;
+    if (a) a[k] = act_f(v, act);
+}
+
 // y[r][o] = sum_i x[r][i] w[i][o] + b[o] (the eager engine's order: the inputs in order, then the
 // bias) for rows x d_out outputs, shared by the block. Thread (o, g) of groups = min(blockDim /
 // d_out, rows) takes output column o of rows g, g + groups, ...: R = ceil(rows / groups) rows, a
@@ -72,7 +79,8 @@ __device__ __forceinline__ Layer head_layer(const u64* lw, u32 k) {
 // weights of one input row and broadcasts the x values.
 template <int R>
 __device__ __forceinline__ void dense_r(const float* w, const float* b, u32 d_in, u32 D,
-                                        const float* x, float* y, u32 rows, u32 groups) {
+                                        const float* x, float* y, float* ya, int act, u32 rows,
+                                        u32 groups) {
     for (u32 k = threadIdx.x; k < groups * D; k += blockDim.x) {
         const u32 o = k % D, g = k / D;
         const float* xr[R];
@@ -94,24 +102,167 @@ __device__ __forceinline__ void dense_r(const float* w, const float* b, u32 d_in
 #pragma unroll
         for (int j = 0; j < R; ++j) {
             const u32 r = g + (u32)j * groups;
-            if (r < rows) y[r * D + o] = acc[j] + bo;
+            if (r < rows) put(y, ya, act, (u64)r * D + o, acc[j] + bo);
         }
     }
 }
 
-__device__ void dense(const float* p, Layer d, const float* x, float* y, u32 rows) {
+// The tiled passes below keep a thread's products in registers: a tile of 4 neighbouring
+// columns and R rows, so that each shared-memory load (a float4) feeds 4 or R products. A sum's
+// terms are split into SPLIT contiguous parts taken by the lanes 8 apart of a warp, and the parts
+// are added by a fixed butterfly over those lanes: a sum's order is fixed (the parts' own terms
+// in order, then ((part 0 + part 1) + (part 2 + part 3))), so a launch repeats itself exactly,
+// though it is not the eager engine's order. Products are fused multiply-adds: nothing in this
+// module's learning rule is promised to equal the host bit for bit (the GPU tests hold it to
+// the eager engine and the burn agent within a relative 1e-6).
+#define SPLIT 4
+#define MAC(acc, a, b) acc = __fmaf_rn(a, b, acc)
+
+__device__ __forceinline__ bool aligned16(const void* p) { return ((u64)p & 15) == 0; }
+
+// Adds the SPLIT lanes' parts of v (lanes l, l ^ 8, l ^ 16, l ^ 24): every one of them gets the
+// same bits (a + b == b + a in floating point).
+__device__ __forceinline__ float sum_split(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    return v;
+}
+
+// Rows of a tile when `groups` groups of warps share `rows` rows: R is the next compile-time
+// count, the tile's rows past `rows` repeat its first and are not written.
+#define TILE_ROWS(rows, groups) (((rows) + (groups) - 1) / (groups))
+
+// A tile's R rows of a row-major matrix at `base` (rows of `width` floats): rows grp, grp +
+// groups, ..., those past `rows` at row grp; and its R x 4 sums zeroed.
+template <int R>
+__device__ __forceinline__ void tile_start(const float* base, u64 width, u32 grp, u32 groups,
+                                           u32 rows, const float* (&row)[R], float (&acc)[R][4]) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+        const u32 r = grp + (u32)j * groups;
+        row[j] = base + (u64)(r < rows ? r : grp) * width;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+    }
+}
+
+// Every sum of a tile completed over the SPLIT lanes that hold its parts.
+template <int R> __device__ __forceinline__ void tile_finish(float (&acc)[R][4]) {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[j][c] = sum_split(acc[j][c]);
+}
+
+// y = x w + b as dense_r, for d_in and d_out multiples of 4 and 16-byte aligned x, y and w. A
+// warp takes 32 columns (8 quads, lanes l and l ^ 8k sharing a quad) of the rows of its group.
+template <int R>
+__device__ __forceinline__ void dense_tile_r(const float* w, const float* b, u32 n, u32 D,
+                                             const float* x, float* y, float* ya, int act,
+                                             u32 rows, u32 groups) {
+    const u32 warps = blockDim.x / 32, lane = threadIdx.x % 32, part = lane / 8;
+    const u32 quads = (D / 4 + 7) / 8;  // warps a row group needs
+    const u32 n4 = n / 4, per = (n4 + SPLIT - 1) / SPLIT;
+    const u32 i0 = min(n4, part * per), i1 = min(n4, i0 + per);
+    for (u32 task = threadIdx.x / 32; task < quads * groups; task += warps) {
+        const u32 qb = task % quads, grp = task / quads;
+        const u32 o = 4 * (qb * 8 + lane % 8);
+        const u32 oc = o < D ? o : 0;
+        const float* xr[R];
+        float acc[R][4];
+        tile_start<R>(x, n, grp, groups, rows, xr, acc);
+        for (u32 i = i0; i < i1; ++i) {
+            float4 wv[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) wv[k] = *(const float4*)(w + (u64)(4 * i + k) * D + oc);
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const float4 xv = *(const float4*)(xr[j] + 4 * i);
+                const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    MAC(acc[j][0], xs[k], wv[k].x);
+                    MAC(acc[j][1], xs[k], wv[k].y);
+                    MAC(acc[j][2], xs[k], wv[k].z);
+                    MAC(acc[j][3], xs[k], wv[k].w);
+                }
+            }
+        }
+        tile_finish<R>(acc);
+        if (o < D) {
+            const float4 bv = *(const float4*)(b + o);
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const u32 r = grp + (u32)j * groups;
+                if (r < rows && (u32)j % SPLIT == part) {
+                    const float4 v = make_float4(acc[j][0] + bv.x, acc[j][1] + bv.y,
+                                                 acc[j][2] + bv.z, acc[j][3] + bv.w);
+                    if (ya != y) *(float4*)(y + (u64)r * D + o) = v;
+                    if (ya)
+                        *(float4*)(ya + (u64)r * D + o) =
+                            make_float4(act_f(v.x, act), act_f(v.y, act), act_f(v.z, act),
+                                        act_f(v.w, act));
+                }
+            }
+        }
+    }
+}
+
+// y = x w + b for a narrow layer (the head): each output a team of `team` lanes (a power of two
+// up to 32) that sums inputs team apart in order, then adds the lanes' sums by a fixed butterfly.
+__device__ void dense_narrow(const float* w, const float* b, u32 n, u32 D, const float* x,
+                             float* y, u32 rows) {
+    const u32 outs = rows * D;
+    u32 team = 32;
+    while (team > 1 && outs * team > blockDim.x) team /= 2;
+    const u32 me = threadIdx.x % team;
+    // Whole warps run the butterfly; a thread past the last output adds zeros.
+    const u32 span = (outs * team + 31) / 32 * 32;
+    for (u32 k = threadIdx.x; k < span; k += blockDim.x) {
+        const u32 out = k / team;
+        float acc = 0.0f;
+        if (out < outs) {
+            const u32 r = out / D, o = out % D;
+            const float* xr = x + (u64)r * n;
+            for (u32 i = me; i < n; i += team) MAC(acc, xr[i], w[(u64)i * D + o]);
+        }
+        for (u32 m = 1; m < team; m *= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+        if (out < outs && me == 0) y[out] = acc + b[out % D];
+    }
+}
+
+// y = x w + b over `rows` rows; where ya is given, also act(y) into ya (ya == y: only act(y)).
+__device__ void dense(const float* p, Layer d, const float* x, float* y, u32 rows,
+                      float* ya = nullptr, int act = 0) {
     const u32 D = d.d_out;
+    if (D <= 8 && !ya) {
+        dense_narrow(p + d.w, p + d.b, d.d_in, D, x, y, rows);
+        return;
+    }
+    if ((d.d_in | D) % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(p + d.w) &&
+        aligned16(p + d.b) && (!ya || aligned16(ya)) && blockDim.x % 32 == 0) {
+        const u32 quads = (D / 4 + 7) / 8, warps = blockDim.x / 32;
+        const u32 groups = max(1u, min(rows, warps / max(1u, quads)));
+        const float* w = p + d.w;
+        const float* b = p + d.b;
+        switch (TILE_ROWS(rows, groups)) {
+        case 1: dense_tile_r<1>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
+        case 2: dense_tile_r<2>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
+        case 3: case 4: dense_tile_r<4>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
+        default: dense_tile_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
+        }
+    }
     u32 groups = D >= blockDim.x ? 1 : blockDim.x / D;
     groups = max(1u, min(groups, rows));
     const u32 R = (rows + groups - 1) / groups;
     const float* w = p + d.w;
     const float* b = p + d.b;
     switch (R) {
-    case 1: dense_r<1>(w, b, d.d_in, D, x, y, rows, groups); break;
-    case 2: dense_r<2>(w, b, d.d_in, D, x, y, rows, groups); break;
-    case 3: dense_r<3>(w, b, d.d_in, D, x, y, rows, groups); break;
-    case 4: dense_r<4>(w, b, d.d_in, D, x, y, rows, groups); break;
-    default: dense_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, rows, groups); break;
+    case 1: dense_r<1>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
+    case 2: dense_r<2>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
+    case 3: dense_r<3>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
+    case 4: dense_r<4>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
+    default: dense_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
     }
 }
 
@@ -137,9 +288,11 @@ __device__ void forward(const float* p, const u64* lw, int act, const float* x, 
     for (u32 l = 0; l < L; ++l) {
         Layer d = hidden_layer(lw, l);
         u32 w = d.d_out;
-        dense(p, d, l == 0 ? x : s.a[l - 1], s.h[l], rows);
+        // Without a norm the activation is taken as the sums are written.
+        dense(p, d, l == 0 ? x : s.a[l - 1], s.h[l], rows, use_norm ? nullptr : s.a[l], act);
         __syncthreads();
-        if (use_norm) {
+        if (!use_norm) continue;
+        {
             for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
                 const float* zr = s.h[l] + (u64)r * w;
                 float mean = 0.0f;
@@ -192,6 +345,51 @@ __device__ void dense_grads(float* slot, Layer d, const float* x, const float* d
     const u32 D = d.d_out, n = d.d_in;
     float* gw = slot + d.w;
     float* gb = slot + d.b;
+    if ((n | D) % 4 == 0 && aligned16(x) && aligned16(dy)) {
+        // Tiles of 4 inputs x 4 outputs a thread (each pair of float4 loads feeds 16 products),
+        // the rows in order as above; a warp's lanes take neighbouring output quads.
+        const u32 oq = D / 4, tiles = (n / 4) * oq;
+        for (u32 k = threadIdx.x; k < tiles + oq; k += blockDim.x) {
+            if (k >= tiles) {
+                const u32 o = 4 * (k - tiles);
+                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (u32 r = 0; r < rows; ++r) {
+                    const float4 g = *(const float4*)(dy + (u64)r * D + o);
+                    acc.x += g.x; acc.y += g.y; acc.z += g.z; acc.w += g.w;
+                }
+                const float a[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+                for (int c = 0; c < 4; ++c) gb[o + c] = first ? a[c] : gb[o + c] + a[c];
+                continue;
+            }
+            const u32 i = 4 * (k / oq), o = 4 * (k % oq);
+            float acc[4][4];
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[a][c] = 0.0f;
+            for (u32 r = 0; r < rows; ++r) {
+                const float4 xv = *(const float4*)(x + (u64)r * n + i);
+                const float4 g = *(const float4*)(dy + (u64)r * D + o);
+                const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    MAC(acc[a][0], xs[a], g.x);
+                    MAC(acc[a][1], xs[a], g.y);
+                    MAC(acc[a][2], xs[a], g.z);
+                    MAC(acc[a][3], xs[a], g.w);
+                }
+            }
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    float* t = gw + (u64)(i + a) * D + o + c;
+                    *t = first ? acc[a][c] : *t + acc[a][c];
+                }
+        }
+        return;
+    }
     for (u32 k = threadIdx.x; k < (n + 1) * D; k += blockDim.x) {
         const u32 i = k / D, o = k % D;
         float acc = 0.0f;
@@ -243,9 +441,77 @@ __device__ __forceinline__ void dense_input_grads_r(const float* w, u32 n, u32 D
     }
 }
 
+// dx (+)= dy w^T as dense_input_grads_r, for d_in and d_out multiples of 4 and 16-byte aligned
+// dy, dx and w: a thread takes 4 neighbouring inputs of R rows and one of SPLIT contiguous parts
+// of the outputs, starting its part at its own quad (wrapping) so that the 8 lanes of a phase
+// read the weights' rows at different banks. Sums as dense_tile_r (fixed order, fused).
+template <int R>
+__device__ __forceinline__ void dense_input_grads_tile_r(const float* w, u32 n, u32 D,
+                                                         const float* dy, float* dx, u32 rows,
+                                                         u32 groups, int accumulate) {
+    const u32 warps = blockDim.x / 32, lane = threadIdx.x % 32, part = lane / 8;
+    const u32 quads = (n / 4 + 7) / 8;
+    const u32 d4 = D / 4, per = (d4 + SPLIT - 1) / SPLIT;
+    const u32 o0 = min(d4, part * per), o1 = min(d4, o0 + per), len = o1 - o0;
+    for (u32 task = threadIdx.x / 32; task < quads * groups; task += warps) {
+        const u32 qb = task % quads, grp = task / quads;
+        const u32 iq = qb * 8 + lane % 8;
+        const u32 i = 4 * iq, ic = i < n ? i : 0;
+        const float* gr[R];
+        float acc[R][4];
+        tile_start<R>(dy, D, grp, groups, rows, gr, acc);
+        u32 oq = len ? o0 + iq % len : o0;
+        for (u32 m = 0; m < len; ++m) {
+            float4 wv[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) wv[k] = *(const float4*)(w + (u64)(ic + k) * D + 4 * oq);
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const float4 g = *(const float4*)(gr[j] + 4 * oq);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    MAC(acc[j][k], g.x, wv[k].x);
+                    MAC(acc[j][k], g.y, wv[k].y);
+                    MAC(acc[j][k], g.z, wv[k].z);
+                    MAC(acc[j][k], g.w, wv[k].w);
+                }
+            }
+            oq = oq + 1 == o1 ? o0 : oq + 1;
+        }
+        tile_finish<R>(acc);
+        if (i < n) {
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const u32 r = grp + (u32)j * groups;
+                if (r < rows && (u32)j % SPLIT == part) {
+                    float4* t = (float4*)(dx + (u64)r * n + i);
+                    float4 v = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+                    if (accumulate) {
+                        const float4 o = *t;
+                        v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                    }
+                    *t = v;
+                }
+            }
+        }
+    }
+}
+
 __device__ void dense_input_grads(const float* p, Layer d, const float* dy, float* dx, u32 rows,
                                   int accumulate) {
     const u32 n = d.d_in;
+    if ((n | d.d_out) % 4 == 0 && aligned16(dy) && aligned16(dx) && aligned16(p + d.w) &&
+        blockDim.x % 32 == 0) {
+        const u32 quads = (n / 4 + 7) / 8, warps = blockDim.x / 32;
+        const u32 groups = max(1u, min(rows, warps / max(1u, quads)));
+        const float* w = p + d.w;
+        switch (TILE_ROWS(rows, groups)) {
+        case 1: dense_input_grads_tile_r<1>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
+        case 2: dense_input_grads_tile_r<2>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
+        case 3: case 4: dense_input_grads_tile_r<4>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
+        default: dense_input_grads_tile_r<MAX_CHUNK>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
+        }
+    }
     u32 groups = n >= blockDim.x ? 1 : blockDim.x / n;
     groups = max(1u, min(groups, rows));
     const u32 R = (rows + groups - 1) / groups;
@@ -342,12 +608,10 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
     }
 }
 
-// Sum of squares of v[0..n), in a fixed order (thread strides, then a fixed tree); red holds
-// blockDim.x floats. The block's thread 0 gets the result.
-__device__ float block_sumsq(const float* v, u64 n, float* red) {
-    float acc = 0.0f;
-    for (u64 i = threadIdx.x; i < n; i += blockDim.x) acc += v[i] * v[i];
-    red[threadIdx.x] = acc;
+// The sum of every thread's `mine` in a fixed order (a tree over the threads); red holds
+// blockDim.x floats (a power of two). Every thread gets the result.
+__device__ float block_sum(float mine, float* red) {
+    red[threadIdx.x] = mine;
     __syncthreads();
     for (u32 k = blockDim.x / 2; k > 0; k >>= 1) {
         if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
@@ -358,6 +622,11 @@ __device__ float block_sumsq(const float* v, u64 n, float* red) {
     return out;
 }
 
+// Loads per thread kept in flight by the loops below that read what other blocks wrote: each
+// such load waits a trip to L2, so a loop that issued one load an iteration would wait one trip
+// an iteration.
+#define IN_FLIGHT 8
+
 // dst[0..n) = src[0..n) for the whole block, read through L2 (src is written by other blocks of
 // the launch), four floats a load where both are 16-byte aligned (device buffers and the start
 // of dynamic shared memory are).
@@ -365,8 +634,67 @@ __device__ void load_net(float* dst, const float* src, u64 n) {
     u64 n4 = (((u64)dst | (u64)src) & 15) == 0 ? n / 4 : 0;
     const float4* s4 = (const float4*)src;
     float4* d4 = (float4*)dst;
-    for (u64 i = threadIdx.x; i < n4; i += blockDim.x) d4[i] = __ldcg(s4 + i);
+    const u64 stride = blockDim.x;
+    for (u64 i = threadIdx.x; i < n4; i += IN_FLIGHT * stride) {
+        float4 v[IN_FLIGHT];
+#pragma unroll
+        for (int k = 0; k < IN_FLIGHT; ++k)
+            if (i + k * stride < n4) v[k] = __ldcg(s4 + i + k * stride);
+#pragma unroll
+        for (int k = 0; k < IN_FLIGHT; ++k)
+            if (i + k * stride < n4) d4[i + k * stride] = v[k];
+    }
     for (u64 i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
+}
+
+// out[j] = sum over h in [0, G) of part[h * stride + j], h in order, for j in [j0, j1): one
+// thread a j, IN_FLIGHT slots' loads issued before they are added. Returns the sum of the
+// thread's out[j]^2 (its j in order), the gradient norm's part.
+__device__ float sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1, float* out) {
+    float sq = 0.0f;
+    const u64 step = blockDim.x;
+    // Two of the thread's j at a time: 2 IN_FLIGHT loads in flight.
+    for (u64 j = j0 + threadIdx.x; j < j1; j += 2 * step) {
+        const bool two = j + step < j1;
+        float acc0 = 0.0f, acc1 = 0.0f;
+        for (u32 h = 0; h < G; h += IN_FLIGHT) {
+            float v0[IN_FLIGHT], v1[IN_FLIGHT];
+#pragma unroll
+            for (int k = 0; k < IN_FLIGHT; ++k)
+                if (h + k < G) {
+                    v0[k] = __ldcg(part + (u64)(h + k) * stride + j);
+                    if (two) v1[k] = __ldcg(part + (u64)(h + k) * stride + j + step);
+                }
+#pragma unroll
+            for (int k = 0; k < IN_FLIGHT; ++k)
+                if (h + k < G) {
+                    acc0 += v0[k];
+                    if (two) acc1 += v1[k];
+                }
+        }
+        out[j] = acc0;
+        sq += acc0 * acc0;
+        if (two) {
+            out[j + step] = acc1;
+            sq += acc1 * acc1;
+        }
+    }
+    return sq;
+}
+
+// sum over h in [0, G) of v[h * stride], h in order, the same value in every thread of the
+// block: the block loads blockDim.x terms at once into `red` (blockDim.x floats), then every
+// thread adds them.
+__device__ float sum_parts(const float* v, u32 stride, u32 G, float* red) {
+    float total = 0.0f;
+    for (u32 h0 = 0; h0 < G; h0 += blockDim.x) {
+        const u32 n = min(blockDim.x, G - h0);
+        if (threadIdx.x < n) red[threadIdx.x] = __ldcg(v + (u64)(h0 + threadIdx.x) * stride);
+        __syncthreads();
+        for (u32 h = 0; h < n; ++h) total += red[h];
+        __syncthreads();
+    }
+    return total;
 }
 
 #define EPOCH_PARAMS                                                                              \
@@ -385,13 +713,21 @@ __device__ void load_net(float* dst, const float* src, u64 n) {
         int loss_kind, float delta, float clip, float b1, float b2, float weight_decay,          \
         float tau, u64 explore_seed, const u64 *table, u32 steps, u32 chunk, u32 *bar, u64 *times
 
-extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
     extern __shared__ float sh[];
     __shared__ float red[256];
     __shared__ float lsum[3];
     __shared__ Drawn drawn[MAX_CHUNK];
     const u32 G = gridDim.x, g = blockIdx.x;
     const u64 P = n_params;
+    // The layout words in shared memory: every pass reads them, layer by layer.
+    __shared__ u64 lws[LAYOUT_WORDS];
+    {
+        const u32 words = NET_HEADER + (u32)lw[0] * NET_LAYER + 4 * (1 + (u32)(lw[4] != 0));
+        for (u32 k = threadIdx.x; k < words; k += blockDim.x) lws[k] = lw[k];
+        __syncthreads();
+        lw = lws;
+    }
     const u32 L = (u32)lw[0];
     const u32 A = (u32)lw[1];
     const u32 dim = (u32)lw[2];
@@ -451,8 +787,8 @@ extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
 
     // Timestamps of step s (block 0's view): times[STAMPS * s + k], k = 0 start, 1 the ring rows
     // of every block written, 2 the first chunk sampled, 3 its forward passes and TD terms done,
-    // 4 every chunk's backward done, 5 the gradient summed and its norm known, 6 Adam done, 7 the
-    // target updated and every block holding the new networks.
+    // 4 every chunk's backward done, 5 the gradient summed and its norm known, 6 Adam and the
+    // target update done on the block's slice, 7 every block holding the new networks.
     auto stamp = [&](u32 s, u32 k) {
         if (g == 0 && threadIdx.x == 0) times[STAMPS * (u64)s + k] = global_time();
     };
@@ -507,13 +843,18 @@ extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
                     nstep, gamma, sample_seed, draw, b_actions, b_returns, b_discounts,
                     b_weights, c0 + threadIdx.x);
             __syncthreads();
-            for (u32 r = 0; r < rows; ++r) {
+            // The observations of every row of the chunk at once (one trip to memory for all).
+            const u32 feats = lookback * cols;
+            for (u32 k = threadIdx.x; k < 2 * rows * (feats + 1); k += blockDim.x) {
+                const u32 r = k / (2 * (feats + 1)), rest = k % (2 * (feats + 1));
+                const u32 next = rest / (feats + 1), e = rest % (feats + 1);
                 const Drawn d = drawn[r];
                 if (!d.ok) continue;
-                observe(mk, lookback, max_position, upnl_scale, tick_size, d.t0, d.p0, d.e0,
-                        x + (u64)r * dim, threadIdx.x, blockDim.x);
-                observe(mk, lookback, max_position, upnl_scale, tick_size, d.t1, d.p1, d.e1,
-                        nx + (u64)r * dim, threadIdx.x, blockDim.x);
+                float* out = (next ? nx : x) + (u64)r * dim;
+                const u32 t = next ? d.t1 : d.t0;
+                if (e < feats) out[e] = lookback_feature(mk, lookback, t, e);
+                else if (next) observe_state(mk, max_position, upnl_scale, tick_size, t, d.p1, d.e1, out + feats);
+                else observe_state(mk, max_position, upnl_scale, tick_size, t, d.p0, d.e0, out + feats);
             }
             __syncthreads();
             if (c0 == b0) stamp(s, 2);
@@ -560,47 +901,63 @@ extern "C" __global__ void __launch_bounds__(256) epoch_steps(EPOCH_PARAMS) {
 
         // The block's parameter slice: gradients summed over the slots in block order.
         const u64 p0 = (u64)g * P / G, p1 = (u64)(g + 1) * P / G;
-        for (u64 j = p0 + threadIdx.x; j < p1; j += blockDim.x) {
-            float acc = 0.0f;
-            for (u32 h = 0; h < G; ++h) acc += __ldcg(part + (u64)h * P + j);
-            grads[j] = acc;
-        }
-        __syncthreads();
-        float sq = block_sumsq(grads + p0, p1 - p0, red);
+        const float sq = block_sum(sum_slots(part, P, G, p0, p1, grads), red);
         if (threadIdx.x == 0) norm_part[g] = sq;
+        // Adam's operands of the thread's first IN_FLIGHT parameters, loaded while the grid
+        // barrier waits (the slice is the block's own: no other block writes it).
+        const u64 sync = st[ST_SYNC];
+        const u64 stride = blockDim.x;
+        float pv[IN_FLIGHT], gv[IN_FLIGHT], mv[IN_FLIGHT], vv[IN_FLIGHT], tv[IN_FLIGHT];
+        auto load_adam = [&](u64 j) {
+#pragma unroll
+            for (int k = 0; k < IN_FLIGHT; ++k) {
+                const u64 i = j + k * stride;
+                if (i < p1) {
+                    pv[k] = online[i];
+                    gv[k] = grads[i];
+                    mv[k] = m1g[i];
+                    vv[k] = m2g[i];
+                    if (sync == 2) tv[k] = target[i];
+                }
+            }
+        };
+        load_adam(p0 + threadIdx.x);
         blocks_barrier(bar, G);
 
         // The norm from the blocks' parts in block order; Adam and the target update on the
         // block's slice.
-        float total = 0.0f;
-        for (u32 h = 0; h < G; ++h) total += __ldcg(norm_part + h);
-        float norm = sqrtf(total);
+        float norm = sqrtf(sum_parts(norm_part, 1, G, red));
         stamp(s, 5);
-        if (g == 0 && threadIdx.x == 0) {
-            float l0 = 0.0f, l1 = 0.0f, l2 = 0.0f;
-            for (u32 h = 0; h < G; ++h) {
-                l0 += __ldcg(loss_part + 3 * h);
-                l1 += __ldcg(loss_part + 3 * h + 1);
-                l2 += __ldcg(loss_part + 3 * h + 2);
+        if (g == 0) {
+            float l[3];
+            for (u32 k = 0; k < 3; ++k) l[k] = sum_parts(loss_part + k, 3, G, red);
+            if (threadIdx.x == 0) {
+                float* out = stats + 4 * st[ST_STAT];
+                out[0] = l[0] / (float)batch;
+                out[1] = l[1] / (float)batch;
+                out[2] = l[2] / (float)batch;
+                out[3] = norm;
             }
-            float* out = stats + 4 * st[ST_STAT];
-            out[0] = l0 / (float)batch;
-            out[1] = l1 / (float)batch;
-            out[2] = l2 / (float)batch;
-            out[3] = norm;
         }
         float lr = word_f32(st[ST_LR]), eps_c2 = word_f32(st[ST_EPS_C2]), cf = word_f32(st[ST_CF]);
-        for (u64 j = p0 + threadIdx.x; j < p1; j += blockDim.x)
-            adam_one(online + j, grads[j], m1g + j, m2g + j, norm, clip, lr, b1, b2, eps_c2, cf,
-                     weight_decay);
+        for (u64 j = p0 + threadIdx.x; j < p1; j += IN_FLIGHT * stride) {
+            if (j != p0 + threadIdx.x) load_adam(j);
+#pragma unroll
+            for (int k = 0; k < IN_FLIGHT; ++k) {
+                const u64 i = j + k * stride;
+                if (i < p1) {
+                    adam_one(&pv[k], gv[k], &mv[k], &vv[k], norm, clip, lr, b1, b2, eps_c2, cf,
+                             weight_decay);
+                    online[i] = pv[k];
+                    m1g[i] = mv[k];
+                    m2g[i] = vv[k];
+                    if (sync == 1) target[i] = pv[k];
+                    else if (sync == 2) target[i] = polyak_one(pv[k], tv[k], tau);
+                }
+            }
+        }
         __syncthreads();
         stamp(s, 6);
-        // The target update, then every block takes the new networks.
-        u64 sync = st[ST_SYNC];
-        for (u64 j = p0 + threadIdx.x; j < p1; j += blockDim.x) {
-            if (sync == 1) target[j] = online[j];
-            else if (sync == 2) target[j] = polyak_one(online[j], target[j], tau);
-        }
         blocks_barrier(bar, G);
         load_net(wo, online, P);
         if (sync) load_net(wt, target, P);

@@ -469,9 +469,10 @@ pub struct StepTimes {
     pub backward: f64,
     /// Summing the slots and the gradient norm.
     pub reduce: f64,
-    /// Adam.
+    /// Adam, and the target update where the step has one: both on each block's slice of the
+    /// parameters, in one pass over it.
     pub adam: f64,
-    /// The target update and every block taking the new networks.
+    /// Every block taking the new networks (after the grid barrier that follows the update).
     pub sync: f64,
 }
 
