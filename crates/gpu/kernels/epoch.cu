@@ -65,12 +65,6 @@ __device__ __forceinline__ Layer head_layer(const u64* lw, u32 k) {
 // The most rows of a chunk (the host's chunk is at most this).
 #define MAX_CHUNK 8
 
-// A dense layer's output v at y[k], and act(v) at a[k] where a is given (a == y: only act(v)).
-__device__ __forceinline__ void put(float* y, float* a, int act, u64 k, float v) {
-    if (a != y) y[k] = v;
-    if (a) a[k] = act_f(v, act);
-}
-
 // y[r][o] = sum_i x[r][i] w[i][o] + b[o] (the eager engine's order: the inputs in order, then the
 // bias) for rows x d_out outputs, shared by the block. Thread (o, g) of groups = min(blockDim /
 // d_out, rows) takes output column o of rows g, g + groups, ...: R = ceil(rows / groups) rows, a
@@ -79,8 +73,7 @@ __device__ __forceinline__ void put(float* y, float* a, int act, u64 k, float v)
 // weights of one input row and broadcasts the x values.
 template <int R>
 __device__ __forceinline__ void dense_r(const float* w, const float* b, u32 d_in, u32 D,
-                                        const float* x, float* y, float* ya, int act, u32 rows,
-                                        u32 groups) {
+                                        const float* x, float* y, u32 rows, u32 groups) {
     for (u32 k = threadIdx.x; k < groups * D; k += blockDim.x) {
         const u32 o = k % D, g = k / D;
         const float* xr[R];
@@ -102,7 +95,7 @@ __device__ __forceinline__ void dense_r(const float* w, const float* b, u32 d_in
 #pragma unroll
         for (int j = 0; j < R; ++j) {
             const u32 r = g + (u32)j * groups;
-            if (r < rows) put(y, ya, act, (u64)r * D + o, acc[j] + bo);
+            if (r < rows) y[r * D + o] = acc[j] + bo;
         }
     }
 }
@@ -154,12 +147,12 @@ template <int R> __device__ __forceinline__ void tile_finish(float (&acc)[R][4])
         for (int c = 0; c < 4; ++c) acc[j][c] = sum_split(acc[j][c]);
 }
 
+
 // y = x w + b as dense_r, for d_in and d_out multiples of 4 and 16-byte aligned x, y and w. A
 // warp takes 32 columns (8 quads, lanes l and l ^ 8k sharing a quad) of the rows of its group.
 template <int R>
 __device__ __forceinline__ void dense_tile_r(const float* w, const float* b, u32 n, u32 D,
-                                             const float* x, float* y, float* ya, int act,
-                                             u32 rows, u32 groups) {
+                                             const float* x, float* y, u32 rows, u32 groups) {
     const u32 warps = blockDim.x / 32, lane = threadIdx.x % 32, part = lane / 8;
     const u32 quads = (D / 4 + 7) / 8;  // warps a row group needs
     const u32 n4 = n / 4, per = (n4 + SPLIT - 1) / SPLIT;
@@ -194,15 +187,9 @@ __device__ __forceinline__ void dense_tile_r(const float* w, const float* b, u32
 #pragma unroll
             for (int j = 0; j < R; ++j) {
                 const u32 r = grp + (u32)j * groups;
-                if (r < rows && (u32)j % SPLIT == part) {
-                    const float4 v = make_float4(acc[j][0] + bv.x, acc[j][1] + bv.y,
-                                                 acc[j][2] + bv.z, acc[j][3] + bv.w);
-                    if (ya != y) *(float4*)(y + (u64)r * D + o) = v;
-                    if (ya)
-                        *(float4*)(ya + (u64)r * D + o) =
-                            make_float4(act_f(v.x, act), act_f(v.y, act), act_f(v.z, act),
-                                        act_f(v.w, act));
-                }
+                if (r < rows && (u32)j % SPLIT == part)
+                    *(float4*)(y + (u64)r * D + o) = make_float4(
+                        acc[j][0] + bv.x, acc[j][1] + bv.y, acc[j][2] + bv.z, acc[j][3] + bv.w);
             }
         }
     }
@@ -231,25 +218,23 @@ __device__ void dense_narrow(const float* w, const float* b, u32 n, u32 D, const
     }
 }
 
-// y = x w + b over `rows` rows; where ya is given, also act(y) into ya (ya == y: only act(y)).
-__device__ void dense(const float* p, Layer d, const float* x, float* y, u32 rows,
-                      float* ya = nullptr, int act = 0) {
+__device__ void dense(const float* p, Layer d, const float* x, float* y, u32 rows) {
     const u32 D = d.d_out;
-    if (D <= 8 && !ya) {
+    if (D <= 8) {
         dense_narrow(p + d.w, p + d.b, d.d_in, D, x, y, rows);
         return;
     }
     if ((d.d_in | D) % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(p + d.w) &&
-        aligned16(p + d.b) && (!ya || aligned16(ya)) && blockDim.x % 32 == 0) {
+        aligned16(p + d.b) && blockDim.x % 32 == 0) {
         const u32 quads = (D / 4 + 7) / 8, warps = blockDim.x / 32;
         const u32 groups = max(1u, min(rows, warps / max(1u, quads)));
         const float* w = p + d.w;
         const float* b = p + d.b;
         switch (TILE_ROWS(rows, groups)) {
-        case 1: dense_tile_r<1>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
-        case 2: dense_tile_r<2>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
-        case 3: case 4: dense_tile_r<4>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
-        default: dense_tile_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, ya, act, rows, groups); return;
+        case 1: dense_tile_r<1>(w, b, d.d_in, D, x, y, rows, groups); return;
+        case 2: dense_tile_r<2>(w, b, d.d_in, D, x, y, rows, groups); return;
+        case 3: case 4: dense_tile_r<4>(w, b, d.d_in, D, x, y, rows, groups); return;
+        default: dense_tile_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, rows, groups); return;
         }
     }
     u32 groups = D >= blockDim.x ? 1 : blockDim.x / D;
@@ -258,11 +243,11 @@ __device__ void dense(const float* p, Layer d, const float* x, float* y, u32 row
     const float* w = p + d.w;
     const float* b = p + d.b;
     switch (R) {
-    case 1: dense_r<1>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
-    case 2: dense_r<2>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
-    case 3: dense_r<3>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
-    case 4: dense_r<4>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
-    default: dense_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, ya, act, rows, groups); break;
+    case 1: dense_r<1>(w, b, d.d_in, D, x, y, rows, groups); break;
+    case 2: dense_r<2>(w, b, d.d_in, D, x, y, rows, groups); break;
+    case 3: dense_r<3>(w, b, d.d_in, D, x, y, rows, groups); break;
+    case 4: dense_r<4>(w, b, d.d_in, D, x, y, rows, groups); break;
+    default: dense_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, rows, groups); break;
     }
 }
 
@@ -288,11 +273,9 @@ __device__ void forward(const float* p, const u64* lw, int act, const float* x, 
     for (u32 l = 0; l < L; ++l) {
         Layer d = hidden_layer(lw, l);
         u32 w = d.d_out;
-        // Without a norm the activation is taken as the sums are written.
-        dense(p, d, l == 0 ? x : s.a[l - 1], s.h[l], rows, use_norm ? nullptr : s.a[l], act);
+        dense(p, d, l == 0 ? x : s.a[l - 1], s.h[l], rows);
         __syncthreads();
-        if (!use_norm) continue;
-        {
+        if (use_norm) {
             for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
                 const float* zr = s.h[l] + (u64)r * w;
                 float mean = 0.0f;
@@ -608,10 +591,12 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
     }
 }
 
-// The sum of every thread's `mine` in a fixed order (a tree over the threads); red holds
-// blockDim.x floats (a power of two). Every thread gets the result.
-__device__ float block_sum(float mine, float* red) {
-    red[threadIdx.x] = mine;
+// Sum of squares of v[0..n), in a fixed order (thread strides, then a fixed tree); red holds
+// blockDim.x floats. The block's thread 0 gets the result.
+__device__ float block_sumsq(const float* v, u64 n, float* red) {
+    float acc = 0.0f;
+    for (u64 i = threadIdx.x; i < n; i += blockDim.x) acc += v[i] * v[i];
+    red[threadIdx.x] = acc;
     __syncthreads();
     for (u32 k = blockDim.x / 2; k > 0; k >>= 1) {
         if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
@@ -648,38 +633,21 @@ __device__ void load_net(float* dst, const float* src, u64 n) {
 }
 
 // out[j] = sum over h in [0, G) of part[h * stride + j], h in order, for j in [j0, j1): one
-// thread a j, IN_FLIGHT slots' loads issued before they are added. Returns the sum of the
-// thread's out[j]^2 (its j in order), the gradient norm's part.
-__device__ float sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1, float* out) {
-    float sq = 0.0f;
-    const u64 step = blockDim.x;
-    // Two of the thread's j at a time: 2 IN_FLIGHT loads in flight.
-    for (u64 j = j0 + threadIdx.x; j < j1; j += 2 * step) {
-        const bool two = j + step < j1;
-        float acc0 = 0.0f, acc1 = 0.0f;
+// thread a j, IN_FLIGHT slots' loads issued before they are added.
+__device__ void sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1, float* out) {
+    for (u64 j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        float acc = 0.0f;
         for (u32 h = 0; h < G; h += IN_FLIGHT) {
-            float v0[IN_FLIGHT], v1[IN_FLIGHT];
+            float v[IN_FLIGHT];
 #pragma unroll
             for (int k = 0; k < IN_FLIGHT; ++k)
-                if (h + k < G) {
-                    v0[k] = __ldcg(part + (u64)(h + k) * stride + j);
-                    if (two) v1[k] = __ldcg(part + (u64)(h + k) * stride + j + step);
-                }
+                if (h + k < G) v[k] = __ldcg(part + (u64)(h + k) * stride + j);
 #pragma unroll
             for (int k = 0; k < IN_FLIGHT; ++k)
-                if (h + k < G) {
-                    acc0 += v0[k];
-                    if (two) acc1 += v1[k];
-                }
+                if (h + k < G) acc += v[k];
         }
-        out[j] = acc0;
-        sq += acc0 * acc0;
-        if (two) {
-            out[j + step] = acc1;
-            sq += acc1 * acc1;
-        }
+        out[j] = acc;
     }
-    return sq;
 }
 
 // sum over h in [0, G) of v[h * stride], h in order, the same value in every thread of the
@@ -901,27 +869,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
 
         // The block's parameter slice: gradients summed over the slots in block order.
         const u64 p0 = (u64)g * P / G, p1 = (u64)(g + 1) * P / G;
-        const float sq = block_sum(sum_slots(part, P, G, p0, p1, grads), red);
+        sum_slots(part, P, G, p0, p1, grads);
+        __syncthreads();
+        float sq = block_sumsq(grads + p0, p1 - p0, red);
         if (threadIdx.x == 0) norm_part[g] = sq;
-        // Adam's operands of the thread's first IN_FLIGHT parameters, loaded while the grid
-        // barrier waits (the slice is the block's own: no other block writes it).
-        const u64 sync = st[ST_SYNC];
-        const u64 stride = blockDim.x;
-        float pv[IN_FLIGHT], gv[IN_FLIGHT], mv[IN_FLIGHT], vv[IN_FLIGHT], tv[IN_FLIGHT];
-        auto load_adam = [&](u64 j) {
-#pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k) {
-                const u64 i = j + k * stride;
-                if (i < p1) {
-                    pv[k] = online[i];
-                    gv[k] = grads[i];
-                    mv[k] = m1g[i];
-                    vv[k] = m2g[i];
-                    if (sync == 2) tv[k] = target[i];
-                }
-            }
-        };
-        load_adam(p0 + threadIdx.x);
         blocks_barrier(bar, G);
 
         // The norm from the blocks' parts in block order; Adam and the target update on the
@@ -940,8 +891,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
             }
         }
         float lr = word_f32(st[ST_LR]), eps_c2 = word_f32(st[ST_EPS_C2]), cf = word_f32(st[ST_CF]);
+        const u64 sync = st[ST_SYNC];
+        const u64 stride = blockDim.x;
         for (u64 j = p0 + threadIdx.x; j < p1; j += IN_FLIGHT * stride) {
-            if (j != p0 + threadIdx.x) load_adam(j);
+            // A batch of parameters: every load first, then the updates.
+            float pv[IN_FLIGHT], gv[IN_FLIGHT], mv[IN_FLIGHT], vv[IN_FLIGHT], tv[IN_FLIGHT];
+#pragma unroll
+            for (int k = 0; k < IN_FLIGHT; ++k) {
+                const u64 i = j + k * stride;
+                if (i < p1) {
+                    pv[k] = online[i];
+                    gv[k] = grads[i];
+                    mv[k] = m1g[i];
+                    vv[k] = m2g[i];
+                    if (sync == 2) tv[k] = target[i];
+                }
+            }
 #pragma unroll
             for (int k = 0; k < IN_FLIGHT; ++k) {
                 const u64 i = j + k * stride;
