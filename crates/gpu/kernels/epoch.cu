@@ -139,6 +139,23 @@ __device__ __forceinline__ void tile_start(const float* base, u64 width, u32 grp
     }
 }
 
+// Row groups of a tiled pass over `width` columns (8 quads of 4 a warp): as many as the block's
+// warps allow, at most `rows`.
+__device__ __forceinline__ u32 tile_groups(u32 width, u32 rows) {
+    const u32 quads = (width / 4 + 7) / 8, warps = blockDim.x / 32;
+    return max(1u, min(rows, warps / max(1u, quads)));
+}
+
+// F<R>(args...) with R the compile-time rows of a tile when `groups` row groups share `rows`
+// rows.
+#define TILE_CALL(rows, groups, F, ...)                         \
+    switch (TILE_ROWS(rows, groups)) {                          \
+    case 1: F<1>(__VA_ARGS__); break;                           \
+    case 2: F<2>(__VA_ARGS__); break;                           \
+    case 3: case 4: F<4>(__VA_ARGS__); break;                   \
+    default: F<MAX_CHUNK>(__VA_ARGS__); break;                  \
+    }
+
 // Every sum of a tile completed over the SPLIT lanes that hold its parts.
 template <int R> __device__ __forceinline__ void tile_finish(float (&acc)[R][4]) {
 #pragma unroll
@@ -226,16 +243,11 @@ __device__ void dense(const float* p, Layer d, const float* x, float* y, u32 row
     }
     if ((d.d_in | D) % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(p + d.w) &&
         aligned16(p + d.b) && blockDim.x % 32 == 0) {
-        const u32 quads = (D / 4 + 7) / 8, warps = blockDim.x / 32;
-        const u32 groups = max(1u, min(rows, warps / max(1u, quads)));
+        const u32 groups = tile_groups(D, rows);
         const float* w = p + d.w;
         const float* b = p + d.b;
-        switch (TILE_ROWS(rows, groups)) {
-        case 1: dense_tile_r<1>(w, b, d.d_in, D, x, y, rows, groups); return;
-        case 2: dense_tile_r<2>(w, b, d.d_in, D, x, y, rows, groups); return;
-        case 3: case 4: dense_tile_r<4>(w, b, d.d_in, D, x, y, rows, groups); return;
-        default: dense_tile_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, rows, groups); return;
-        }
+        TILE_CALL(rows, groups, dense_tile_r, w, b, d.d_in, D, x, y, rows, groups);
+        return;
     }
     u32 groups = D >= blockDim.x ? 1 : blockDim.x / D;
     groups = max(1u, min(groups, rows));
@@ -485,15 +497,11 @@ __device__ void dense_input_grads(const float* p, Layer d, const float* dy, floa
     const u32 n = d.d_in;
     if ((n | d.d_out) % 4 == 0 && aligned16(dy) && aligned16(dx) && aligned16(p + d.w) &&
         blockDim.x % 32 == 0) {
-        const u32 quads = (n / 4 + 7) / 8, warps = blockDim.x / 32;
-        const u32 groups = max(1u, min(rows, warps / max(1u, quads)));
+        const u32 groups = tile_groups(n, rows);
         const float* w = p + d.w;
-        switch (TILE_ROWS(rows, groups)) {
-        case 1: dense_input_grads_tile_r<1>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
-        case 2: dense_input_grads_tile_r<2>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
-        case 3: case 4: dense_input_grads_tile_r<4>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
-        default: dense_input_grads_tile_r<MAX_CHUNK>(w, n, d.d_out, dy, dx, rows, groups, accumulate); return;
-        }
+        TILE_CALL(rows, groups, dense_input_grads_tile_r, w, n, d.d_out, dy, dx, rows, groups,
+                  accumulate);
+        return;
     }
     u32 groups = n >= blockDim.x ? 1 : blockDim.x / n;
     groups = max(1u, min(groups, rows));
