@@ -696,7 +696,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
     __shared__ Drawn drawn[MAX_CHUNK];
     const u32 G = gridDim.x, g = blockIdx.x;
     const u64 P = n_params;
-    // The layout words in shared memory: every pass reads them, layer by layer.
+    // The layout words in shared memory: every pass reads them, layer by layer. (Static shared
+    // memory: foxhunt-memory's STATIC_SHARED must hold it with red, lsum and drawn.)
     __shared__ u64 lws[LAYOUT_WORDS];
     {
         const u32 words = NET_HEADER + (u32)lw[0] * NET_LAYER + 4 * (1 + (u32)(lw[4] != 0));
@@ -828,9 +829,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
                 if (!d.ok) continue;
                 float* out = (next ? nx : x) + (u64)r * dim;
                 const u32 t = next ? d.t1 : d.t0;
-                if (e < feats) out[e] = lookback_feature(mk, lookback, t, e);
-                else if (next) observe_state(mk, max_position, upnl_scale, tick_size, t, d.p1, d.e1, out + feats);
-                else observe_state(mk, max_position, upnl_scale, tick_size, t, d.p0, d.e0, out + feats);
+                if (e < feats)
+                    out[e] = lookback_feature(mk, lookback, t, e);
+                else if (next)
+                    observe_state(mk, max_position, upnl_scale, tick_size, t, d.p1, d.e1,
+                                  out + feats);
+                else
+                    observe_state(mk, max_position, upnl_scale, tick_size, t, d.p0, d.e0,
+                                  out + feats);
             }
             __syncthreads();
             if (c0 == b0) stamp(s, 2);

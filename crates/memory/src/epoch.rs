@@ -22,8 +22,9 @@ const STAMPS: usize = 8;
 const THREADS: u32 = 256;
 /// The most hidden layers the kernel takes (kernels/epoch.cu's MAX_HIDDEN).
 const MAX_HIDDEN: usize = 8;
-/// Bytes of the kernel's static shared memory (a reduction array of THREADS floats and a few
-/// sums), rounded up: what the dynamic part cannot have.
+/// Bytes of the kernel's static shared memory (a reduction array of THREADS floats, the layout
+/// words, the chunk's draws and a few sums: 1,856 bytes for sm_90), rounded up: what the dynamic
+/// part cannot have.
 const STATIC_SHARED: usize = 2048;
 
 /// The most dynamic shared memory a block of the kernel can have.
