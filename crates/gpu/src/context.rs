@@ -26,6 +26,10 @@ pub struct CompileStats {
     pub cache_errors: Vec<String>,
 }
 
+/// A point in a stream's work ([`GpuContext::record`]) that another stream of the same device
+/// can wait for.
+pub struct GpuEvent(cudarc::driver::CudaEvent);
+
 /// A CUDA device: its context (the primary one, shared with burn-cuda), the stream all of
 /// foxhunt's work through this handle goes to, and the kernel modules compiled so far (shared
 /// by the handles of one device's workers, [`GpuContext::worker`]).
@@ -233,6 +237,37 @@ impl GpuContext {
         let mut b = self.alloc(src.len())?;
         self.write(&mut b, src)?;
         Ok(b)
+    }
+
+    /// An event marking the work queued on this context's stream so far, for another stream
+    /// to wait on ([`GpuContext::wait`]).
+    pub fn record(&self) -> Result<GpuEvent, GpuError> {
+        self.stream
+            .record_event(Some(
+                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+            ))
+            .map(GpuEvent)
+            .map_err(GpuError::driver("recording an event"))
+    }
+
+    /// Makes the work queued on this context's stream from now on wait for `event`'s work
+    /// (without blocking the host).
+    pub fn wait(&self, event: &GpuEvent) -> Result<(), GpuError> {
+        self.stream
+            .wait(&event.0)
+            .map_err(GpuError::driver("waiting for an event"))
+    }
+
+    /// The device address of `b`, for a table of addresses that a kernel reads (a population's
+    /// member table). The address is only a number: whoever launches a kernel that reads or
+    /// writes through it answers, in that launch's `// SAFETY:`, for the buffer living and being
+    /// the kernel's alone until the kernel ends.
+    pub fn address<T: Elem>(&self, b: &DeviceBuffer<T>) -> u64 {
+        use cudarc::driver::DevicePtr;
+        // Where cudarc tracks events the guard records a read on this stream; the kernel that
+        // uses the address is queued on the same stream, after the buffer's writes.
+        let (ptr, _guard) = b.raw().device_ptr(&self.stream);
+        ptr
     }
 
     /// Copies `src` into the first `src.len()` elements of `dst`, which becomes that long

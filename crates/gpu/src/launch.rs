@@ -120,9 +120,19 @@ impl<'a> Launch<'a> {
     ///
     /// # Safety
     /// As [`Launch::run`].
-    pub unsafe fn run_cooperative(mut self, grid: Grid) -> Result<(), GpuError> {
+    pub unsafe fn run_cooperative(self, grid: Grid) -> Result<(), GpuError> {
+        // SAFETY: the caller's contract, as for `run`.
+        unsafe { self.run_cooperative_rows(grid, 1) }
+    }
+
+    /// As [`Launch::run_cooperative`], with `rows` rows of `grid.blocks` blocks (blockIdx.y is
+    /// the row): every block of every row resident at once.
+    ///
+    /// # Safety
+    /// As [`Launch::run`], for the whole grid of rows.
+    pub unsafe fn run_cooperative_rows(mut self, grid: Grid, rows: u32) -> Result<(), GpuError> {
         let cfg = LaunchConfig {
-            grid_dim: (grid.blocks, 1, 1),
+            grid_dim: (grid.blocks, rows, 1),
             block_dim: (grid.threads, 1, 1),
             shared_mem_bytes: grid.shared_bytes,
         };
@@ -130,7 +140,7 @@ impl<'a> Launch<'a> {
         unsafe { self.args.launch_cooperative(cfg) }
             .map(|_| ())
             .map_err(GpuError::driver(format!(
-                "launching {} (cooperative, {} blocks)",
+                "launching {} (cooperative, {} x {rows} blocks)",
                 self.name, grid.blocks
             )))
     }
