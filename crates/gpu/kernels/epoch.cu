@@ -1,16 +1,22 @@
 // foxhunt's one-launch epoch: every step of a training epoch (act, environment step and replay
-// write, sample, the DQN update, the target update) in one persistent cooperative kernel.
+// write, sample, the DQN update, the target update) in one persistent cooperative kernel, for one
+// agent or for a population of agents side by side (a member a row of blocks, blockIdx.y).
 // Needs philox.cuh, env.cuh, env_step.cu (step_one), replay.cu (sample_row), dqn.cuh and sync.cuh
 // (blocks_barrier) in the same module.
 //
-// Work is split by rows, not by neurons: block g of G owns environments [g n / G, (g + 1) n / G)
-// and batch rows [g B / G, (g + 1) B / G), keeps the whole online and target networks in its
-// shared memory, and runs complete forward and backward passes of its own rows, `chunk` rows at
-// a time, with no other block. Blocks meet at a grid barrier only where data crosses between
-// them: the replay rows every block samples from, the weight gradients (each block writes its
-// partial sums to a slot of its own; block g then sums parameter slice g over the slots in block
-// order), the gradient norm, and the updated weights. Every sum runs in a fixed order: a launch
-// repeats itself exactly, and one launch of S steps equals S launches of one step.
+// Work is split by rows, not by neurons. The batch is cut into `slots` groups of rows, fixed by
+// the host for a network and batch whatever the launch: group k owns batch rows [k B / S,
+// (k + 1) B / S), gradient slot k, loss part k and parameter slice [k P / S, (k + 1) P / S).
+// Block g of a member's G blocks (G <= S) owns environments [g n / G, (g + 1) n / G) and groups
+// [g S / G, (g + 1) S / G); it keeps the whole online and target networks in its shared memory
+// and runs complete forward and backward passes of its rows, `chunk` rows at a time, with no
+// other block. A member's blocks meet at a grid barrier of their own only where data crosses
+// between them: the replay rows every block samples from, the weight gradients (each group's
+// rows summed into its slot; each parameter slice then summed over the slots in group order),
+// the gradient norm, and the updated weights. Every sum runs in a fixed order that depends on
+// the groups, never on G or on the other members: a launch repeats itself exactly, one launch
+// of S steps equals S launches of one step, and a member of a population equals the same agent
+// trained alone.
 //
 // Data written by one block and read by another in the same launch is read through the L2 cache
 // (__ldcg): the first-level caches of the blocks are not kept coherent.
@@ -29,6 +35,50 @@
 #define ST_STAT 10     // statistics row of the update
 #define ST_ACT 11      // 1: the environments act and step (0: an update alone, for benchmarks)
 #define ST_WORDS 12
+// A member's words (u64 each; foxhunt-memory's epoch.rs writes them in this order): the buffers
+// and keys that are its own. The kernel keeps them in shared memory and reads a field where it
+// is used: it is at its register limit, and 36 more live values would spill.
+struct Member {
+    u32* t_arr;                 // [n_env] environment state: bar
+    int* pos_arr;               // [n_env] position
+    double* entry_arr;          // [n_env] entry price
+    u32* steps_arr;             // [n_env] steps in the episode
+    u32* episode_arr;           // [n_env] episode number
+    unsigned char* env_actions; // [n_env] the step's actions
+    float* env_obs;             // [n_env * dim] observations
+    float* rewards;             // [n_env]
+    unsigned char* dones;       // [n_env]
+    u32* r_t;                   // the ring, [cap_rows * n_env] each
+    int* r_pos;
+    double* r_entry;
+    unsigned char* r_action;
+    float* r_reward;
+    unsigned char* r_done;
+    float* b_obs;               // the batch: [batch * dim]
+    int* b_actions;             // [batch]
+    float* b_returns;           // [batch]
+    float* b_next_obs;          // [batch * dim]
+    float* b_discounts;         // [batch]
+    float* b_weights;           // [batch]
+    float* online;              // [P] online network
+    float* target;              // [P] target network
+    float* m1g;                 // [P] Adam's first moments
+    float* m2g;                 // [P] Adam's second moments
+    float* part;                // [slots * P] the groups' gradient slots
+    float* grads;               // [P] the summed gradient
+    float* norm_part;           // [slots] the slices' sums of squares
+    float* loss_part;           // [3 * slots] the groups' loss terms
+    float* stats;               // [4 * rows] the updates' statistics
+    const u64* table;           // [steps * ST_WORDS] the member's step table
+    u32* bar;                   // [2] the member's grid barrier
+    u64* times;                 // [steps * STAMPS] timestamps
+    const u64* layout;          // the network's layout words (see below)
+    u64 env_seed;               // episode starts' key
+    u64 sample_seed;            // the replay sampler's key
+    u64 explore_seed;           // the exploration draws' key
+};
+#define MEMBER_WORDS 37
+
 // Timestamps per step (see epoch_steps).
 #define STAMPS 8
 
@@ -212,13 +262,14 @@ __device__ __forceinline__ void dense_tile_r(const float* w, const float* b, u32
     }
 }
 
-// y = x w + b for a narrow layer (the head): each output a team of `team` lanes (a power of two
-// up to 32) that sums inputs team apart in order, then adds the lanes' sums by a fixed butterfly.
+// y = x w + b for a narrow layer (the head): each output a team of NARROW_TEAM lanes that sums
+// inputs NARROW_TEAM apart in order, then adds the lanes' sums by a fixed butterfly. The team
+// is fixed, not fitted to `rows`: a row's sums must not depend on how many rows share its pass
+// (a member of a population acts on more rows a block than the same agent alone).
+#define NARROW_TEAM 16
 __device__ void dense_narrow(const float* w, const float* b, u32 n, u32 D, const float* x,
                              float* y, u32 rows) {
-    const u32 outs = rows * D;
-    u32 team = 32;
-    while (team > 1 && outs * team > blockDim.x) team /= 2;
+    const u32 outs = rows * D, team = NARROW_TEAM;
     const u32 me = threadIdx.x % team;
     // Whole warps run the butterfly; a thread past the last output adds zeros.
     const u32 span = (outs * team + 31) / 32 * 32;
@@ -332,68 +383,86 @@ __device__ void forward(const float* p, const u64* lw, int act, const float* x, 
     }
 }
 
-// Adds (or, for the first chunk, writes) a dense layer's parameter gradients over `rows` rows to
-// the block's slot: dw[i][o] = sum_r x[r][i] dy[r][o], db[o] = sum_r dy[r][o]. One thread per
-// (i, o); a warp reads 32 neighbouring dy values and broadcasts x.
-__device__ void dense_grads(float* slot, Layer d, const float* x, const float* dy, u32 rows,
-                            int first) {
+// The rows of a chunk that belong to one group of the batch: rows [r0, r1) of the chunk add
+// their gradient to the group's slot (written by the group's first rows, added to after). A
+// chunk holds whole groups while they fit in it, or a piece of a group larger than a chunk, so
+// that a group's rows are summed in the same pieces, from the group's start, whatever else
+// shares its chunk.
+struct Seg {
+    u32 r0, r1, grp;
+    int first, last;  // the group's first rows; its last
+    float* slot;
+};
+
+// Adds (or, for a group's first rows, writes) a dense layer's parameter gradients over each
+// segment's rows to its slot: dw[i][o] = sum_r x[r][i] dy[r][o], db[o] = sum_r dy[r][o], the
+// rows in order. One thread per (i, o); a warp reads 32 neighbouring dy values and broadcasts x.
+__device__ void dense_grads(const Seg* segs, u32 nseg, Layer d, const float* x, const float* dy) {
     const u32 D = d.d_out, n = d.d_in;
-    float* gw = slot + d.w;
-    float* gb = slot + d.b;
     if ((n | D) % 4 == 0 && aligned16(x) && aligned16(dy)) {
         // Tiles of 4 inputs x 4 outputs a thread (each pair of float4 loads feeds 16 products),
         // the rows in order as above; a warp's lanes take neighbouring output quads.
         const u32 oq = D / 4, tiles = (n / 4) * oq;
         for (u32 k = threadIdx.x; k < tiles + oq; k += blockDim.x) {
-            if (k >= tiles) {
-                const u32 o = 4 * (k - tiles);
-                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                for (u32 r = 0; r < rows; ++r) {
+            for (u32 q = 0; q < nseg; ++q) {
+                const Seg sg = segs[q];
+                if (k >= tiles) {
+                    const u32 o = 4 * (k - tiles);
+                    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    for (u32 r = sg.r0; r < sg.r1; ++r) {
+                        const float4 g = *(const float4*)(dy + (u64)r * D + o);
+                        acc.x += g.x; acc.y += g.y; acc.z += g.z; acc.w += g.w;
+                    }
+                    const float a[4] = {acc.x, acc.y, acc.z, acc.w};
+                    float* gb = sg.slot + d.b;
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) gb[o + c] = sg.first ? a[c] : gb[o + c] + a[c];
+                    continue;
+                }
+                const u32 i = 4 * (k / oq), o = 4 * (k % oq);
+                float acc[4][4];
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) acc[a][c] = 0.0f;
+                for (u32 r = sg.r0; r < sg.r1; ++r) {
+                    const float4 xv = *(const float4*)(x + (u64)r * n + i);
                     const float4 g = *(const float4*)(dy + (u64)r * D + o);
-                    acc.x += g.x; acc.y += g.y; acc.z += g.z; acc.w += g.w;
-                }
-                const float a[4] = {acc.x, acc.y, acc.z, acc.w};
+                    const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
-                for (int c = 0; c < 4; ++c) gb[o + c] = first ? a[c] : gb[o + c] + a[c];
-                continue;
+                    for (int a = 0; a < 4; ++a) {
+                        MAC(acc[a][0], xs[a], g.x);
+                        MAC(acc[a][1], xs[a], g.y);
+                        MAC(acc[a][2], xs[a], g.z);
+                        MAC(acc[a][3], xs[a], g.w);
+                    }
+                }
+                float* gw = sg.slot + d.w;
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        float* t = gw + (u64)(i + a) * D + o + c;
+                        *t = sg.first ? acc[a][c] : *t + acc[a][c];
+                    }
             }
-            const u32 i = 4 * (k / oq), o = 4 * (k % oq);
-            float acc[4][4];
-#pragma unroll
-            for (int a = 0; a < 4; ++a)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) acc[a][c] = 0.0f;
-            for (u32 r = 0; r < rows; ++r) {
-                const float4 xv = *(const float4*)(x + (u64)r * n + i);
-                const float4 g = *(const float4*)(dy + (u64)r * D + o);
-                const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                for (int a = 0; a < 4; ++a) {
-                    MAC(acc[a][0], xs[a], g.x);
-                    MAC(acc[a][1], xs[a], g.y);
-                    MAC(acc[a][2], xs[a], g.z);
-                    MAC(acc[a][3], xs[a], g.w);
-                }
-            }
-#pragma unroll
-            for (int a = 0; a < 4; ++a)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    float* t = gw + (u64)(i + a) * D + o + c;
-                    *t = first ? acc[a][c] : *t + acc[a][c];
-                }
         }
         return;
     }
     for (u32 k = threadIdx.x; k < (n + 1) * D; k += blockDim.x) {
         const u32 i = k / D, o = k % D;
-        float acc = 0.0f;
-        if (i < n) {
-            for (u32 r = 0; r < rows; ++r) acc += x[r * n + i] * dy[r * D + o];
-            gw[k] = first ? acc : gw[k] + acc;
-        } else {
-            for (u32 r = 0; r < rows; ++r) acc += dy[r * D + o];
-            gb[o] = first ? acc : gb[o] + acc;
+        for (u32 q = 0; q < nseg; ++q) {
+            const Seg sg = segs[q];
+            float acc = 0.0f;
+            if (i < n) {
+                for (u32 r = sg.r0; r < sg.r1; ++r) acc += x[r * n + i] * dy[r * D + o];
+                float* gw = sg.slot + d.w;
+                gw[k] = sg.first ? acc : gw[k] + acc;
+            } else {
+                for (u32 r = sg.r0; r < sg.r1; ++r) acc += dy[r * D + o];
+                float* gb = sg.slot + d.b;
+                gb[o] = sg.first ? acc : gb[o] + acc;
+            }
         }
     }
 }
@@ -519,11 +588,11 @@ __device__ void dense_input_grads(const float* p, Layer d, const float* dy, floa
 }
 
 // Backward pass of the training forward `s` over `rows` rows from dq (rows x actions), adding
-// the parameter gradients to the block's slot. bufa, bufb: rows x widest scratch; dadv rows x
+// the parameter gradients to the slots of the chunk's segments. bufa, bufb: rows x widest scratch; dadv rows x
 // actions; dv, m1, m2: rows.
 __device__ void backward(const float* p, const u64* lw, int act, const float* x, u32 rows,
                          const Pass& s, const float* dq, float* dadv, float* dv, float* bufa,
-                         float* bufb, float* m1, float* m2, float* slot, int first) {
+                         float* bufb, float* m1, float* m2, const Seg* segs, u32 nseg) {
     u32 L = (u32)lw[0];
     int use_norm = (int)lw[3];
     int dueling = (int)lw[4];
@@ -543,8 +612,8 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
         head_dy = dadv;
     }
     const float* last = L == 0 ? x : s.a[L - 1];
-    dense_grads(slot, hd, last, head_dy, rows, first);
-    if (dueling) dense_grads(slot, head_layer(lw, 1), last, dv, rows, first);
+    dense_grads(segs, nseg, hd, last, head_dy);
+    if (dueling) dense_grads(segs, nseg, head_layer(lw, 1), last, dv);
     if (L == 0) { __syncthreads(); return; }
     dense_input_grads(p, hd, head_dy, bufa, rows, 0);
     __syncthreads();
@@ -574,16 +643,19 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
             }
             // The norm's parameters: dgamma[j] = sum_r dh xhat, dbeta[j] = sum_r dh.
             for (u32 j = threadIdx.x; j < w; j += blockDim.x) {
-                float ga = 0.0f, be = 0.0f;
-                for (u32 r = 0; r < rows; ++r) {
-                    float dd = bufb[(u64)r * w + j];
-                    ga += dd * s.xh[l][(u64)r * w + j];
-                    be += dd;
+                for (u32 q = 0; q < nseg; ++q) {
+                    const Seg seg = segs[q];
+                    float ga = 0.0f, be = 0.0f;
+                    for (u32 r = seg.r0; r < seg.r1; ++r) {
+                        float dd = bufb[(u64)r * w + j];
+                        ga += dd * s.xh[l][(u64)r * w + j];
+                        be += dd;
+                    }
+                    float* sg = seg.slot + d.g + j;
+                    float* sb = seg.slot + d.beta + j;
+                    *sg = seg.first ? ga : *sg + ga;
+                    *sb = seg.first ? be : *sb + be;
                 }
-                float* sg = slot + d.g + j;
-                float* sb = slot + d.beta + j;
-                *sg = first ? ga : *sg + ga;
-                *sb = first ? be : *sb + be;
             }
             __syncthreads();
             for (u32 k = threadIdx.x; k < rows * w; k += blockDim.x) {
@@ -593,7 +665,7 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
             __syncthreads();
         }
         const float* xin = l == 0 ? x : s.a[l - 1];
-        dense_grads(slot, d, xin, bufb, rows, first);
+        dense_grads(segs, nseg, d, xin, bufb);
         if (l > 0) dense_input_grads(p, d, bufb, bufa, rows, 0);
         __syncthreads();
     }
@@ -676,34 +748,35 @@ __device__ float sum_parts(const float* v, u32 stride, u32 G, float* red) {
 #define EPOCH_PARAMS                                                                              \
     const float* features, const double* open, const double* close, const u32* session,          \
         const u32* contract, u32 cols, u32 split_start, u32 split_end, u32 lookback,             \
-        int max_position, float upnl_scale, double tick_size, u64 env_seed, double multiplier,   \
+        int max_position, float upnl_scale, double tick_size, double multiplier,                 \
         double cost_per_side, double slippage_price, u32 episode_steps, double reward_scale,     \
-        double risk_penalty, int flatten_at_close, u32 *t_arr, int *pos_arr, double *entry_arr,  \
-        u32 *steps_arr, u32 *episode_arr, unsigned char *env_actions, float *env_obs,             \
-        float *rewards, unsigned char *dones, u32 n_env, u32 *r_t, int *r_pos, double *r_entry,  \
-        unsigned char *r_action, float *r_reward, unsigned char *r_done, u64 cap_rows, u32 nstep, \
-        float gamma, u64 sample_seed, float *b_obs, int *b_actions, float *b_returns,            \
-        float *b_next_obs, float *b_discounts, float *b_weights, u32 batch, const u64 *lw,       \
-        u64 n_params, float *online, float *target, float *m1g, float *m2g, float *part,         \
-        float *grads, float *norm_part, float *loss_part, float *stats, int act, int double_dqn,  \
+        double risk_penalty, int flatten_at_close, u32 n_env, u64 cap_rows, u32 nstep,           \
+        float gamma, u32 batch, u64 n_params, int act, int double_dqn,                           \
         int loss_kind, float delta, float clip, float b1, float b2, float weight_decay,          \
-        float tau, u64 explore_seed, const u64 *table, u32 steps, u32 chunk, u32 *bar, u64 *times
+        float tau, u32 steps, u32 chunk, u32 slots, const u64 *members
 
 extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
     extern __shared__ float sh[];
     __shared__ float red[256];
     __shared__ float lsum[3];
     __shared__ Drawn drawn[MAX_CHUNK];
+    __shared__ Seg segs[MAX_CHUNK];
     const u32 G = gridDim.x, g = blockIdx.x;
     const u64 P = n_params;
-    // The layout words in shared memory: every pass reads them, layer by layer. (Static shared
-    // memory: foxhunt-memory's STATIC_SHARED must hold it with red, lsum and drawn.)
+    // The member's words and the layout words in shared memory: every pass reads the layout,
+    // layer by layer. (Static shared memory: foxhunt-memory's STATIC_SHARED must hold them with
+    // red, lsum and drawn.)
+    __shared__ Member mb;
     __shared__ u64 lws[LAYOUT_WORDS];
+    for (u32 k = threadIdx.x; k < MEMBER_WORDS; k += blockDim.x)
+        ((u64*)&mb)[k] = members[(u64)blockIdx.y * MEMBER_WORDS + k];
+    __syncthreads();
+    const u64* lw = lws;
     {
-        const u32 words = NET_HEADER + (u32)lw[0] * NET_LAYER + 4 * (1 + (u32)(lw[4] != 0));
-        for (u32 k = threadIdx.x; k < words; k += blockDim.x) lws[k] = lw[k];
+        const u64* from = mb.layout;
+        const u32 words = NET_HEADER + (u32)from[0] * NET_LAYER + 4 * (1 + (u32)(from[4] != 0));
+        for (u32 k = threadIdx.x; k < words; k += blockDim.x) lws[k] = from[k];
         __syncthreads();
-        lw = lws;
     }
     const u32 L = (u32)lw[0];
     const u32 A = (u32)lw[1];
@@ -754,23 +827,25 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
     float* mm2 = take(C);
     int* acts = (int*)take(C);
 
-    load_net(wo, online, P);
-    load_net(wt, target, P);
+    load_net(wo, mb.online, P);
+    load_net(wt, mb.target, P);
     __syncthreads();
 
     const u32 e0 = (u32)((u64)g * n_env / G), e1 = (u32)((u64)(g + 1) * n_env / G);
-    const u32 b0 = (u32)((u64)g * batch / G), b1r = (u32)((u64)(g + 1) * batch / G);
-    float* slot = part + (u64)g * P;
+    // The block's groups of batch rows, and the parameters of their slices.
+    const u32 k0 = (u32)((u64)g * slots / G), k1 = (u32)((u64)(g + 1) * slots / G);
+    const u64 p0 = (u64)k0 * P / slots, p1 = (u64)k1 * P / slots;
 
-    // Timestamps of step s (block 0's view): times[STAMPS * s + k], k = 0 start, 1 the ring rows
-    // of every block written, 2 the first chunk sampled, 3 its forward passes and TD terms done,
-    // 4 every chunk's backward done, 5 the gradient summed and its norm known, 6 Adam and the
-    // target update done on the block's slice, 7 every block holding the new networks.
+    // Timestamps of step s (the member's block 0's view): times[STAMPS * s + k], k = 0 start, 1
+    // the ring rows of every block written, 2 the first chunk sampled, 3 its forward passes and
+    // TD terms done, 4 every chunk's backward done, 5 the gradient summed and its norm known, 6
+    // Adam and the target update done on the block's slices, 7 every block holding the new
+    // networks.
     auto stamp = [&](u32 s, u32 k) {
-        if (g == 0 && threadIdx.x == 0) times[STAMPS * (u64)s + k] = global_time();
+        if (g == 0 && threadIdx.x == 0) mb.times[STAMPS * (u64)s + k] = global_time();
     };
     for (u32 s = 0; s < steps; ++s) {
-        const u64* st = table + (u64)s * ST_WORDS;
+        const u64* st = mb.table + (u64)s * ST_WORDS;
         stamp(s, 0);
         if (st[ST_ACT]) {
             // Act: the block's environments, chunk by chunk, greedy on the online network with
@@ -779,23 +854,25 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
             for (u32 c0 = e0; c0 < e1; c0 += C) {
                 u32 rows = min(C, e1 - c0);
                 for (u32 k = threadIdx.x; k < rows * dim; k += blockDim.x)
-                    x[k] = env_obs[(u64)c0 * dim + k];
+                    x[k] = mb.env_obs[(u64)c0 * dim + k];
                 __syncthreads();
                 inf.q = tr.q;
                 forward(wo, lw, act, x, rows, inf, mu);
                 for (u32 r = threadIdx.x; r < rows; r += blockDim.x)
-                    env_actions[c0 + r] = (unsigned char)select_action(
-                        inf.q + (u64)r * A, A, eps, explore_seed, st[ST_COUNTER], c0 + r);
+                    mb.env_actions[c0 + r] = (unsigned char)select_action(
+                        inf.q + (u64)r * A, A, eps, mb.explore_seed, st[ST_COUNTER], c0 + r);
                 __syncthreads();
             }
             // Step: one thread per environment; the step's replay row into the ring.
-            Ring ring = {r_t, r_pos, r_entry, r_action, r_reward, r_done, st[ST_ROW_BASE]};
+            Ring ring = {mb.r_t,      mb.r_pos,  mb.r_entry,       mb.r_action,
+                         mb.r_reward, mb.r_done, st[ST_ROW_BASE]};
             for (u32 e = e0 + threadIdx.x; e < e1; e += blockDim.x)
                 step_one(features, open, close, session, contract, cols, split_start, split_end,
-                         lookback, max_position, upnl_scale, tick_size, env_seed, multiplier,
+                         lookback, max_position, upnl_scale, tick_size, mb.env_seed, multiplier,
                          cost_per_side, slippage_price, episode_steps, reward_scale, risk_penalty,
-                         flatten_at_close, t_arr, pos_arr, entry_arr, steps_arr, episode_arr,
-                         env_actions, env_obs, rewards, dones, e, &ring);
+                         flatten_at_close, mb.t_arr, mb.pos_arr, mb.entry_arr, mb.steps_arr,
+                         mb.episode_arr, mb.env_actions, mb.env_obs, mb.rewards, mb.dones, e,
+                         &ring);
         }
         if (!st[ST_LEARN]) {
             __syncthreads();
@@ -803,22 +880,56 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
             continue;
         }
         // The ring rows of every block are written before any block samples.
-        blocks_barrier(bar, G);
+        blocks_barrier(mb.bar, G);
         stamp(s, 1);
 
-        // The block's batch rows, chunk by chunk: sampled (the draws one thread per row, the
+        // The block's groups of batch rows, chunk by chunk (whole groups while they fit, a
+        // larger group in pieces: see Seg): sampled (the draws one thread per row, the
         // observations by the whole block, into shared memory and the batch buffers), then
-        // learned from.
+        // learned from into the groups' slots.
         const u64 written = st[ST_WRITTEN], draw = st[ST_DRAW];
-        if (threadIdx.x < 3) lsum[threadIdx.x] = 0.0f;
-        int first = 1;
-        for (u32 c0 = b0; c0 < b1r; c0 += C) {
-            u32 rows = min(C, b1r - c0);
+        bool none = true;  // no chunk in the block yet
+        auto first_row = [&](u32 grp) { return (u32)((u64)grp * batch / slots); };
+        for (u32 grp = k0; grp < k1; ++grp) {
+            if (first_row(grp + 1) > first_row(grp)) continue;
+            // A group without rows (a batch smaller than the groups): its slot adds nothing.
+            float* slot = mb.part + (u64)grp * P;
+            for (u64 i = threadIdx.x; i < P; i += blockDim.x) slot[i] = 0.0f;
+            if (threadIdx.x < 3) mb.loss_part[3 * grp + threadIdx.x] = 0.0f;
+        }
+        // The next group, and its rows already learned from.
+        u32 gnext = k0, done = 0;
+        while (true) {
+            while (gnext < k1 && first_row(gnext + 1) == first_row(gnext)) ++gnext;
+            if (gnext >= k1) break;
+            const u32 c0 = first_row(gnext) + done;
+            u32 rows = 0, nseg = 0;
+            while (gnext < k1 && rows < C) {
+                const u32 size = first_row(gnext + 1) - first_row(gnext), left = size - done;
+                const u32 take = min(left, C - rows);
+                if (left == 0) {
+                    ++gnext;
+                    continue;
+                }
+                // A group that does not fit whole starts the gnext chunk (or, larger than a
+                // chunk, is cut into pieces from its start).
+                if (take < left && rows > 0) break;
+                if (threadIdx.x == 0)
+                    segs[nseg] = Seg{rows, rows + take, gnext, done == 0, take == left,
+                                     mb.part + (u64)gnext * P};
+                ++nseg;
+                rows += take;
+                done += take;
+                if (done == size) {
+                    ++gnext;
+                    done = 0;
+                }
+            }
             if (threadIdx.x < rows)
                 drawn[threadIdx.x] = sample_draw<true>(
-                    r_t, r_pos, r_entry, r_action, r_reward, r_done, n_env, cap_rows, written,
-                    nstep, gamma, sample_seed, draw, b_actions, b_returns, b_discounts,
-                    b_weights, c0 + threadIdx.x);
+                    mb.r_t, mb.r_pos, mb.r_entry, mb.r_action, mb.r_reward, mb.r_done, n_env,
+                    cap_rows, written, nstep, gamma, mb.sample_seed, draw, mb.b_actions,
+                    mb.b_returns, mb.b_discounts, mb.b_weights, c0 + threadIdx.x);
             __syncthreads();
             // The observations of every row of the chunk at once (one trip to memory for all).
             const u32 feats = lookback * cols;
@@ -839,10 +950,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
                                   out + feats);
             }
             __syncthreads();
-            if (c0 == b0) stamp(s, 2);
+            if (none) stamp(s, 2);
             for (u32 k = threadIdx.x; k < rows * dim; k += blockDim.x) {
-                b_obs[(u64)c0 * dim + k] = x[k];
-                b_next_obs[(u64)c0 * dim + k] = nx[k];
+                mb.b_obs[(u64)c0 * dim + k] = x[k];
+                mb.b_next_obs[(u64)c0 * dim + k] = nx[k];
             }
             forward(wo, lw, act, x, rows, tr, mu);
             if (double_dqn) {
@@ -851,53 +962,60 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
             }
             inf.q = q_nt;
             forward(wt, lw, act, nx, rows, inf, mu);
-            // TD loss per row; the terms summed in row order by one thread.
+            // TD loss per row.
             for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
                 u32 b = c0 + r;
                 float terms[3];
-                td_row(tr.q + (u64)r * A, b_actions[b], q_no + (u64)r * A, q_nt + (u64)r * A,
-                       b_returns[b], b_discounts[b], b_weights[b], batch, A, double_dqn,
-                       loss_kind, delta, dq + (u64)r * A, terms);
+                td_row(tr.q + (u64)r * A, mb.b_actions[b], q_no + (u64)r * A,
+                       q_nt + (u64)r * A, mb.b_returns[b], mb.b_discounts[b], mb.b_weights[b],
+                       batch, A, double_dqn, loss_kind, delta, dq + (u64)r * A, terms);
                 bufa[3 * r] = terms[0];
                 bufa[3 * r + 1] = terms[1];
                 bufa[3 * r + 2] = terms[2];
             }
             __syncthreads();
+            // Each group's loss terms summed in row order by one thread, over its pieces.
             if (threadIdx.x == 0)
-                for (u32 r = 0; r < rows; ++r)
-                    for (u32 k = 0; k < 3; ++k) lsum[k] += bufa[3 * r + k];
+                for (u32 q = 0; q < nseg; ++q) {
+                    const Seg sg = segs[q];
+                    if (sg.first) lsum[0] = lsum[1] = lsum[2] = 0.0f;
+                    for (u32 r = sg.r0; r < sg.r1; ++r)
+                        for (u32 k = 0; k < 3; ++k) lsum[k] += bufa[3 * r + k];
+                    if (sg.last)
+                        for (u32 k = 0; k < 3; ++k) mb.loss_part[3 * sg.grp + k] = lsum[k];
+                }
             __syncthreads();
-            if (c0 == b0) stamp(s, 3);
-            backward(wo, lw, act, x, rows, tr, dq, dadv, dv, bufa, bufb, mm1, mm2, slot, first);
-            first = 0;
+            if (none) stamp(s, 3);
+            backward(wo, lw, act, x, rows, tr, dq, dadv, dv, bufa, bufb, mm1, mm2, segs, nseg);
+            none = false;
         }
-        if (first) {
-            // No batch rows in this block: its slot adds nothing.
-            for (u64 i = threadIdx.x; i < P; i += blockDim.x) slot[i] = 0.0f;
+        if (none) {
             stamp(s, 2);
             stamp(s, 3);
         }
-        if (threadIdx.x < 3) loss_part[3 * g + threadIdx.x] = lsum[threadIdx.x];
         stamp(s, 4);
-        blocks_barrier(bar, G);
+        blocks_barrier(mb.bar, G);
 
-        // The block's parameter slice: gradients summed over the slots in block order.
-        const u64 p0 = (u64)g * P / G, p1 = (u64)(g + 1) * P / G;
-        sum_slots(part, P, G, p0, p1, grads);
+        // The block's slices of the parameters: gradients summed over the slots in group
+        // order, and each slice's sum of squares.
+        sum_slots(mb.part, P, slots, p0, p1, mb.grads);
         __syncthreads();
-        float sq = block_sumsq(grads + p0, p1 - p0, red);
-        if (threadIdx.x == 0) norm_part[g] = sq;
-        blocks_barrier(bar, G);
+        for (u32 grp = k0; grp < k1; ++grp) {
+            const u64 q0 = (u64)grp * P / slots, q1 = (u64)(grp + 1) * P / slots;
+            float sq = block_sumsq(mb.grads + q0, q1 - q0, red);
+            if (threadIdx.x == 0) mb.norm_part[grp] = sq;
+        }
+        blocks_barrier(mb.bar, G);
 
-        // The norm from the blocks' parts in block order; Adam and the target update on the
-        // block's slice.
-        float norm = sqrtf(sum_parts(norm_part, 1, G, red));
+        // The norm from the slices' parts in group order; Adam and the target update on the
+        // block's slices.
+        float norm = sqrtf(sum_parts(mb.norm_part, 1, slots, red));
         stamp(s, 5);
         if (g == 0) {
             float l[3];
-            for (u32 k = 0; k < 3; ++k) l[k] = sum_parts(loss_part + k, 3, G, red);
+            for (u32 k = 0; k < 3; ++k) l[k] = sum_parts(mb.loss_part + k, 3, slots, red);
             if (threadIdx.x == 0) {
-                float* out = stats + 4 * st[ST_STAT];
+                float* out = mb.stats + 4 * st[ST_STAT];
                 out[0] = l[0] / (float)batch;
                 out[1] = l[1] / (float)batch;
                 out[2] = l[2] / (float)batch;
@@ -914,11 +1032,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
             for (int k = 0; k < IN_FLIGHT; ++k) {
                 const u64 i = j + k * stride;
                 if (i < p1) {
-                    pv[k] = online[i];
-                    gv[k] = grads[i];
-                    mv[k] = m1g[i];
-                    vv[k] = m2g[i];
-                    if (sync == 2) tv[k] = target[i];
+                    pv[k] = mb.online[i];
+                    gv[k] = mb.grads[i];
+                    mv[k] = mb.m1g[i];
+                    vv[k] = mb.m2g[i];
+                    if (sync == 2) tv[k] = mb.target[i];
                 }
             }
 #pragma unroll
@@ -927,19 +1045,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
                 if (i < p1) {
                     adam_one(&pv[k], gv[k], &mv[k], &vv[k], norm, clip, lr, b1, b2, eps_c2, cf,
                              weight_decay);
-                    online[i] = pv[k];
-                    m1g[i] = mv[k];
-                    m2g[i] = vv[k];
-                    if (sync == 1) target[i] = pv[k];
-                    else if (sync == 2) target[i] = polyak_one(pv[k], tv[k], tau);
+                    mb.online[i] = pv[k];
+                    mb.m1g[i] = mv[k];
+                    mb.m2g[i] = vv[k];
+                    if (sync == 1) mb.target[i] = pv[k];
+                    else if (sync == 2) mb.target[i] = polyak_one(pv[k], tv[k], tau);
                 }
             }
         }
         __syncthreads();
         stamp(s, 6);
-        blocks_barrier(bar, G);
-        load_net(wo, online, P);
-        if (sync) load_net(wt, target, P);
+        blocks_barrier(mb.bar, G);
+        load_net(wo, mb.online, P);
+        if (sync) load_net(wt, mb.target, P);
         __syncthreads();
         stamp(s, 7);
     }

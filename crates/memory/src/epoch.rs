@@ -1,8 +1,9 @@
 //! The one-launch epoch: every step of a training epoch (act, environment step and replay write,
-//! sample, the DQN update, the target update) in one cooperative kernel (foxhunt-gpu's
-//! kernels/epoch.cu says how the work is split). The values that change from step to step come
-//! from a table the host fills once per epoch ([`PlannedStep`]); nothing else crosses between
-//! host and device until the epoch's statistics are read.
+//! sample, the DQN update, the target update) in one cooperative kernel, for one agent
+//! ([`EpochKernel::run`]) or a population of agents side by side ([`EpochPopulation`]);
+//! foxhunt-gpu's kernels/epoch.cu says how the work is split. The values that change from step
+//! to step come from a table the host fills once per epoch ([`PlannedStep`]); nothing else
+//! crosses between host and device until the epoch's statistics are read.
 //!
 //! The learner's state is given as device buffers and plain numbers ([`LearnerBuffers`],
 //! [`LearnRule`]): this crate knows where the environments and the replay live, not how a
@@ -11,21 +12,28 @@
 use foxhunt_gpu::{DeviceBatch, DeviceBuffer, GpuContext, Grid, Kernel, Launch, Module};
 
 use crate::MemoryError;
-use crate::gpu_env::GpuVecEnv;
+use crate::gpu_env::{EnvScalars, GpuVecEnv, StepParams};
 use crate::replay::DeviceReplay;
+
+mod meeting;
+pub use meeting::{EpochMeeting, Seat};
 
 /// Words per step of the table (kernels/epoch.cu's ST_WORDS).
 const ST_WORDS: usize = 12;
+/// Words of a member's entry in the member table (kernels/epoch.cu's MEMBER_WORDS).
+const MEMBER_WORDS: usize = 37;
+/// The word of a member's entry that holds its step table's address.
+const MEMBER_TABLE: usize = 30;
 /// Timestamps per step (kernels/epoch.cu's STAMPS).
 const STAMPS: usize = 8;
 /// Threads per block.
 const THREADS: u32 = 256;
 /// The most hidden layers the kernel takes (kernels/epoch.cu's MAX_HIDDEN).
 const MAX_HIDDEN: usize = 8;
-/// Bytes of the kernel's static shared memory (a reduction array of THREADS floats, the layout
-/// words, the chunk's draws and a few sums: 1,856 bytes for sm_90), rounded up: what the dynamic
-/// part cannot have.
-const STATIC_SHARED: usize = 2048;
+/// Bytes of the kernel's static shared memory (a reduction array of THREADS floats, the member's
+/// and the layout words, the chunk's draws and segments and a few sums: 2,400 bytes for sm_90),
+/// rounded up: what the dynamic part cannot have.
+const STATIC_SHARED: usize = 2560;
 
 /// The most dynamic shared memory a block of the kernel can have.
 fn shared_limit(ctx: &GpuContext) -> Result<usize, MemoryError> {
@@ -172,11 +180,16 @@ fn shared_bytes(s: &NetShape, chunk: usize) -> usize {
     4 * floats
 }
 
-/// The one-launch epoch over one window's environments, replay and learner.
+/// The one-launch epoch over one window's environments, replay and learner: the kernel, its
+/// launch shape and the buffers an agent's launch needs beside its learner (gradient slots, the
+/// barrier, timestamps, the step table).
 pub struct EpochKernel {
     kernel: Kernel,
     grid: Grid,
     chunk: u32,
+    /// Groups of batch rows (kernels/epoch.cu): fixed for a network, batch and device, whatever
+    /// the launch; each has a gradient slot.
+    slots: u32,
     shape: NetShape,
     n_env: usize,
     batch: usize,
@@ -187,8 +200,36 @@ pub struct EpochKernel {
     loss_part: DeviceBuffer<f32>,
     barrier: DeviceBuffer<u32>,
     times: DeviceBuffer<u64>,
-    table: DeviceBuffer<u64>,
+    /// The agent's own launches' tables.
+    alone: Tables,
     max_steps: usize,
+    /// Blocks of the kernel the device holds at once.
+    resident: usize,
+}
+
+/// The step tables and member words of launches, grown to the largest launch yet.
+struct Tables {
+    words: DeviceBuffer<u64>,
+    table: DeviceBuffer<u64>,
+}
+
+impl Tables {
+    fn new(ctx: &GpuContext) -> Result<Self, MemoryError> {
+        Ok(Self {
+            words: ctx.alloc(MEMBER_WORDS)?,
+            table: ctx.alloc(ST_WORDS)?,
+        })
+    }
+    /// Room for `words` member words and `table` table words (new buffers where short).
+    fn reserve(&mut self, ctx: &GpuContext, words: usize, table: usize) -> Result<(), MemoryError> {
+        if words > self.words.capacity() {
+            self.words = ctx.alloc(words)?;
+        }
+        if table > self.table.capacity() {
+            self.table = ctx.alloc(table)?;
+        }
+        Ok(())
+    }
 }
 
 impl EpochKernel {
@@ -232,13 +273,10 @@ impl EpochKernel {
         let shared = shared_bytes(&shape, chunk) as u32;
         kernel.allow_shared(shared)?;
         // One block per few rows of the larger of environments and batch, as many as can be
-        // resident at once (a cooperative launch needs them all).
+        // resident at once (a cooperative launch needs them all). Alone, an agent has a block
+        // per group of batch rows.
         let resident = (ctx.sm_count()? * kernel.blocks_per_sm(THREADS, shared)?).max(1) as usize;
-        let wanted = n_env
-            .div_ceil(16)
-            .max(batch.div_ceil(batch_rows.max(1)))
-            .max(1);
-        let blocks = wanted.min(resident);
+        let blocks = wanted_blocks(n_env, batch, batch_rows).min(resident);
         Ok(Self {
             grid: Grid {
                 blocks: blocks as u32,
@@ -246,6 +284,7 @@ impl EpochKernel {
                 shared_bytes: shared,
             },
             chunk: chunk as u32,
+            slots: blocks as u32,
             actions: ctx.alloc(n_env)?,
             part: ctx.alloc(blocks * shape.params)?,
             grads: ctx.alloc(shape.params)?,
@@ -253,7 +292,8 @@ impl EpochKernel {
             loss_part: ctx.alloc(3 * blocks)?,
             barrier: ctx.alloc(2)?,
             times: ctx.alloc(STAMPS * max_steps.max(1))?,
-            table: ctx.alloc(ST_WORDS * max_steps.max(1))?,
+            alone: Tables::new(ctx)?,
+            resident,
             kernel,
             shape,
             n_env,
@@ -262,7 +302,7 @@ impl EpochKernel {
         })
     }
 
-    /// Blocks of the launch.
+    /// Blocks of the agent's own launch.
     pub fn blocks(&self) -> u32 {
         self.grid.blocks
     }
@@ -288,170 +328,424 @@ impl EpochKernel {
         plan: &[PlannedStep],
         first_stat: usize,
     ) -> Result<(), MemoryError> {
-        let n = env.n as usize;
-        if plan.len() > self.max_steps
-            || n != self.n_env
-            || ring.n_env != n
-            || batch.batch() != self.batch
-            || batch.obs_dim() != self.shape.obs_dim
-            || learner.online.len() != self.shape.params
-            || learner.stats.len() < 4 * (first_stat + plan.iter().filter(|s| s.learn).count())
+        EpochMember {
+            kernel: self,
+            env,
+            ring,
+            batch,
+            learner,
+            rule,
+            plan,
+            first_stat,
+        }
+        .run(ctx)
+    }
+}
+
+/// Blocks wanted for `n_env` environments and batches of `batch`, `batch_rows` rows a block.
+fn wanted_blocks(n_env: usize, batch: usize, batch_rows: usize) -> usize {
+    n_env
+        .div_ceil(16)
+        .max(batch.div_ceil(batch_rows.max(1)))
+        .max(1)
+}
+
+/// One agent of a launch: the buffers of its [`EpochKernel`], its environments, replay, batch
+/// and learner, its rule and the steps it runs (statistics from row `first_stat` on).
+pub struct EpochMember<'m, 'w> {
+    /// Its kernel's buffers (gradient slots, barrier, timestamps).
+    pub kernel: &'m mut EpochKernel,
+    /// Its environments.
+    pub env: &'m mut GpuVecEnv<'w>,
+    /// Its replay ring.
+    pub ring: &'m mut DeviceReplay,
+    /// Its batch buffers.
+    pub batch: &'m mut DeviceBatch,
+    /// Its learner.
+    pub learner: LearnerBuffers<'m>,
+    /// Its rule.
+    pub rule: &'m LearnRule,
+    /// Its steps.
+    pub plan: &'m [PlannedStep],
+    /// Its first statistics row.
+    pub first_stat: usize,
+}
+
+impl EpochMember<'_, '_> {
+    /// Runs the member's plan alone, in a launch of its own, as [`EpochKernel::run`].
+    pub fn run(mut self, ctx: &GpuContext) -> Result<(), MemoryError> {
+        let prepared = self.prepare(ctx)?;
+        // SAFETY: `prepared` names the buffers this member borrows (its kernel's, environments',
+        // ring's, batch's and learner's), lent until this call returns; work queued on the
+        // stream after it runs after the launch.
+        unsafe { launch_all(ctx, &mut self.kernel.alone, &[prepared], usize::MAX) }?;
+        Ok(())
+    }
+
+    /// The member's part of a launch, made ready: its step table and words (device addresses
+    /// of its buffers, its keys), and what the members of a launch share. Checks the member
+    /// against its kernel, and advances its ring's rows and draws as the launch will.
+    fn prepare(&mut self, ctx: &GpuContext) -> Result<PreparedMember, MemoryError> {
+        let k = &*self.kernel;
+        let n = self.env.n as usize;
+        if self.plan.len() > k.max_steps
+            || n != k.n_env
+            || self.ring.n_env != n
+            || self.batch.batch() != k.batch
+            || self.batch.obs_dim() != k.shape.obs_dim
+            || self.learner.online.len() != k.shape.params
+            || self.learner.stats.len()
+                < 4 * (self.first_stat + self.plan.iter().filter(|s| s.learn).count())
         {
             return Err(MemoryError::Config(format!(
                 "one-launch epoch of {} steps, {n} environments, batch {} of {} floats, {} parameters for a kernel of {} steps, {} environments, batch {}, {} parameters",
-                plan.len(),
-                batch.batch(),
-                batch.obs_dim(),
-                learner.online.len(),
-                self.max_steps,
-                self.n_env,
-                self.batch,
-                self.shape.params
+                self.plan.len(),
+                self.batch.batch(),
+                self.batch.obs_dim(),
+                self.learner.online.len(),
+                k.max_steps,
+                k.n_env,
+                k.batch,
+                k.shape.params
             )));
         }
-        // The table: the ring's rows and the sampler's draws advance as the steps do.
-        let (mut written, mut draws, mut stat) = (ring.written_rows, ring.draws, first_stat as u64);
-        let mut words = Vec::with_capacity(ST_WORDS * plan.len());
-        for s in plan {
-            let row_base = (written % ring.cap_rows as u64) * n as u64;
-            if s.act {
-                written += 1;
-            }
-            words.extend_from_slice(&[
-                u64::from(s.epsilon.to_bits()),
-                s.counter,
-                row_base,
-                written,
-                u64::from(s.learn),
-                draws,
-                u64::from(s.lr.to_bits()),
-                u64::from(s.eps_c2.to_bits()),
-                u64::from(s.cf.to_bits()),
-                match s.sync {
-                    TargetSync::None => 0,
-                    TargetSync::Copy => 1,
-                    TargetSync::Blend => 2,
-                },
-                stat,
-                u64::from(s.act),
-            ]);
-            if s.learn {
-                draws += 1;
-                stat += 1;
-            }
-        }
-        ctx.write(&mut self.table, &words)?;
-        ring.written_rows = written;
-        ring.draws = draws;
-        let steps = plan.len() as u32;
+        let mut table = Vec::with_capacity(ST_WORDS * self.plan.len());
+        step_table(self.ring, self.plan, self.first_stat, &mut table);
+        let (e, r, b, l) = (&*self.env, &*self.ring, &*self.batch, &self.learner);
+        let words = vec![
+            ctx.address(&e.t),
+            ctx.address(&e.position),
+            ctx.address(&e.entry),
+            ctx.address(&e.steps),
+            ctx.address(&e.episode),
+            ctx.address(&k.actions),
+            ctx.address(&e.obs),
+            ctx.address(&e.rewards),
+            ctx.address(&e.dones),
+            ctx.address(&r.t),
+            ctx.address(&r.position),
+            ctx.address(&r.entry),
+            ctx.address(&r.action),
+            ctx.address(&r.reward),
+            ctx.address(&r.done),
+            ctx.address(&b.obs),
+            ctx.address(&b.actions),
+            ctx.address(&b.returns),
+            ctx.address(&b.next_obs),
+            ctx.address(&b.discounts),
+            ctx.address(&b.weights),
+            ctx.address(&*l.online),
+            ctx.address(&*l.target),
+            ctx.address(&*l.moment_1),
+            ctx.address(&*l.moment_2),
+            ctx.address(&k.part),
+            ctx.address(&k.grads),
+            ctx.address(&k.norm_part),
+            ctx.address(&k.loss_part),
+            ctx.address(&*l.stats),
+            0, // the table's address: set at launch (MEMBER_TABLE)
+            ctx.address(&k.barrier),
+            ctx.address(&k.times),
+            ctx.address(l.layout),
+            e.scalars.seed,
+            self.rule.sample_seed,
+            self.rule.explore_seed,
+        ];
+        debug_assert_eq!(words.len(), MEMBER_WORDS);
+        let w = e.window;
+        let (sc, sp, rule) = (&e.scalars, &e.params, self.rule);
         let (loss_kind, delta) = match rule.huber_delta {
             Some(d) => (0i32, d),
             None => (1, 0.0),
         };
-        let double = i32::from(rule.double);
-        let params = self.shape.params as u64;
-        let (n_env, batch_rows, cap) = (n as u32, self.batch as u32, ring.cap_rows as u64);
-        let w = env.window;
-        let (sc, sp) = (&env.scalars, &env.params);
-        let l = push_env(ctx.launch(&self.kernel), w, sc, sp)
-            .output(&mut env.t)
-            .output(&mut env.position)
-            .output(&mut env.entry)
-            .output(&mut env.steps)
-            .output(&mut env.episode)
-            .output(&mut self.actions)
-            .output(&mut env.obs)
-            .output(&mut env.rewards)
-            .output(&mut env.dones)
-            .value(&n_env)
-            .output(&mut ring.t)
-            .output(&mut ring.position)
-            .output(&mut ring.entry)
-            .output(&mut ring.action)
-            .output(&mut ring.reward)
-            .output(&mut ring.done)
-            .value(&cap)
-            .value(&rule.n_step)
-            .value(&rule.gamma)
-            .value(&rule.sample_seed)
-            .output(&mut batch.obs)
-            .output(&mut batch.actions)
-            .output(&mut batch.returns)
-            .output(&mut batch.next_obs)
-            .output(&mut batch.discounts)
-            .output(&mut batch.weights)
-            .value(&batch_rows)
-            .input(learner.layout)
-            .value(&params)
-            .output(learner.online)
-            .output(learner.target)
-            .output(learner.moment_1)
-            .output(learner.moment_2)
-            .output(&mut self.part)
-            .output(&mut self.grads)
-            .output(&mut self.norm_part)
-            .output(&mut self.loss_part)
-            .output(learner.stats)
-            .value(&rule.activation)
-            .value(&double)
-            .value(&loss_kind)
-            .value(&delta)
-            .value(&rule.clip)
-            .value(&rule.beta1)
-            .value(&rule.beta2)
-            .value(&rule.weight_decay)
-            .value(&rule.tau)
-            .value(&rule.explore_seed)
-            .input(&self.table)
-            .value(&steps)
-            .value(&self.chunk)
-            .output(&mut self.barrier)
-            .output(&mut self.times);
-        // SAFETY: the arguments follow EPOCH_PARAMS (kernels/epoch.cu) in order and type. The
-        // environment's buffers hold n_env elements (observations n_env * obs_dim), the ring
-        // cap_rows * n_env slots whose row bases the table gives modulo that, the batch buffers
-        // `batch` rows of obs_dim floats; the layout words describe `params` parameters, which
-        // each of online, target, the moments and grads hold; part holds blocks * params,
-        // norm_part blocks, loss_part 3 * blocks, stats rows for every learning step from
-        // first_stat (checked above); the table and times hold the plan's steps (checked
-        // above). Block g touches only its own environments', batch rows' and parameter slice's
-        // elements between the grid barriers; the launch is cooperative, so every block is
-        // resident and the barriers complete; the dynamic shared memory is what
-        // kernels/epoch.cu lays out for `chunk` rows (shared_bytes).
-        unsafe { l.run_cooperative(self.grid) }?;
-        Ok(())
+        Ok(PreparedMember {
+            words,
+            table,
+            kernel: k.kernel.clone(),
+            shared: Shared {
+                grid: k.grid,
+                resident: k.resident,
+                window: [
+                    ctx.address(&w.features),
+                    ctx.address(&w.open),
+                    ctx.address(&w.close),
+                    ctx.address(&w.session),
+                    ctx.address(&w.contract),
+                ],
+                env: EnvScalars { seed: 0, ..*sc },
+                step: *sp,
+                n_env: n as u32,
+                cap_rows: r.cap_rows as u64,
+                n_step: rule.n_step,
+                gamma: rule.gamma,
+                batch: k.batch as u32,
+                params: k.shape.params as u64,
+                activation: rule.activation,
+                double: i32::from(rule.double),
+                loss_kind,
+                delta,
+                clip: rule.clip,
+                beta1: rule.beta1,
+                beta2: rule.beta2,
+                weight_decay: rule.weight_decay,
+                tau: rule.tau,
+                steps: self.plan.len() as u32,
+                chunk: k.chunk,
+                slots: k.slots,
+            },
+        })
     }
 }
 
-/// Pushes the market and environment arguments EPOCH_PARAMS begins with, in order.
-fn push_env<'l>(
-    l: Launch<'l>,
-    w: &'l crate::device::DeviceWindow,
-    sc: &'l crate::gpu_env::EnvScalars,
-    sp: &'l crate::gpu_env::StepParams,
-) -> Launch<'l> {
-    {
-        l.input(&w.features)
-            .input(&w.open)
-            .input(&w.close)
-            .input(&w.session)
-            .input(&w.contract)
-            .value(&sc.cols)
-            .value(&sc.split_start)
-            .value(&sc.split_end)
-            .value(&sc.lookback)
-            .value(&sc.max_position)
-            .value(&sc.upnl_scale)
-            .value(&sc.tick_size)
-            .value(&sc.seed)
-            .value(&sp.multiplier)
-            .value(&sp.cost_per_side)
-            .value(&sp.slippage_price)
-            .value(&sp.episode_steps)
-            .value(&sp.reward_scale)
-            .value(&sp.risk_penalty)
-            .value(&sp.flatten_at_close)
+/// A member's part of a launch ([`EpochMember::prepare`]): numbers only (its buffers' device
+/// addresses, its keys, its step table), so that the thread that launches need not be the
+/// member's own ([`EpochMeeting`]).
+struct PreparedMember {
+    words: Vec<u64>,
+    table: Vec<u64>,
+    kernel: Kernel,
+    shared: Shared,
+}
+
+/// What the members of one launch share: the launch's shape and EPOCH_PARAMS' values (the
+/// window's buffers as addresses).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shared {
+    grid: Grid,
+    resident: usize,
+    window: [u64; 5],
+    env: EnvScalars,
+    step: StepParams,
+    n_env: u32,
+    cap_rows: u64,
+    n_step: u32,
+    gamma: f32,
+    batch: u32,
+    params: u64,
+    activation: i32,
+    double: i32,
+    loss_kind: i32,
+    delta: f32,
+    clip: f32,
+    beta1: f32,
+    beta2: f32,
+    weight_decay: f32,
+    tau: f32,
+    steps: u32,
+    chunk: u32,
+    slots: u32,
+}
+
+/// A population's one-launch epochs: its members launched together, a row of blocks a member,
+/// from one thread ([`EpochPopulation::run`]) or from the members' own ([`EpochMeeting`]).
+/// Members that share everything but their keys (replay draws, exploration, episode starts),
+/// their step tables and their networks' values share a launch; the others launch beside them,
+/// as do members beyond what one launch holds (a block each). A member equals its agent trained
+/// alone, bit for bit, in any launch and with any number of blocks (kernels/epoch.cu: its sums
+/// follow its groups of batch rows, not its blocks).
+pub struct EpochPopulation {
+    tables: Tables,
+    max_blocks: usize,
+}
+
+impl EpochPopulation {
+    /// Launches whose members have as many blocks as the device holds for all of them, up to
+    /// the blocks an agent has alone.
+    pub fn new(ctx: &GpuContext) -> Result<Self, MemoryError> {
+        Self::with_blocks(ctx, usize::MAX)
     }
+
+    /// As [`EpochPopulation::new`], with at most `blocks` blocks a member (at least 1): for
+    /// tests and benchmarks of members with few blocks.
+    pub fn with_blocks(ctx: &GpuContext, blocks: usize) -> Result<Self, MemoryError> {
+        Ok(Self {
+            tables: Tables::new(ctx)?,
+            max_blocks: blocks.max(1),
+        })
+    }
+
+    /// Queues the members' epochs, as few launches as they allow (one where they share all but
+    /// their keys and the device holds a block of each), on `ctx`'s stream, where the members'
+    /// buffers are. Each member ends as its own launch would have left it. Returns the blocks
+    /// each member had.
+    pub fn run(
+        &mut self,
+        ctx: &GpuContext,
+        members: &mut [EpochMember<'_, '_>],
+    ) -> Result<Vec<u32>, MemoryError> {
+        let parts = members
+            .iter_mut()
+            .map(|m| m.prepare(ctx))
+            .collect::<Result<Vec<_>, _>>()?;
+        // SAFETY: `members` borrows every buffer the parts name until this call returns; work
+        // queued on the stream after it runs after the launches.
+        unsafe { launch_all(ctx, &mut self.tables, &parts, self.max_blocks) }
+    }
+}
+
+/// The step table of `plan` from the ring's and the sampler's state, which it advances as the
+/// launch will.
+fn step_table(
+    ring: &mut DeviceReplay,
+    plan: &[PlannedStep],
+    first_stat: usize,
+    words: &mut Vec<u64>,
+) {
+    let n = ring.n_env as u64;
+    let (mut written, mut draws, mut stat) = (ring.written_rows, ring.draws, first_stat as u64);
+    for s in plan {
+        let row_base = (written % ring.cap_rows as u64) * n;
+        if s.act {
+            written += 1;
+        }
+        words.extend_from_slice(&[
+            u64::from(s.epsilon.to_bits()),
+            s.counter,
+            row_base,
+            written,
+            u64::from(s.learn),
+            draws,
+            u64::from(s.lr.to_bits()),
+            u64::from(s.eps_c2.to_bits()),
+            u64::from(s.cf.to_bits()),
+            match s.sync {
+                TargetSync::None => 0,
+                TargetSync::Copy => 1,
+                TargetSync::Blend => 2,
+            },
+            stat,
+            u64::from(s.act),
+        ]);
+        if s.learn {
+            draws += 1;
+            stat += 1;
+        }
+    }
+    ring.written_rows = written;
+    ring.draws = draws;
+}
+
+/// Launches `members`' epochs: members sharing a launch's values in order of first appearance,
+/// each such set in launches of at most a block a member of the device, `max_blocks` blocks a
+/// member at most. Returns the blocks each member had.
+///
+/// # Safety
+/// Every buffer a member's part names is alive, and nothing but these launches reads or writes
+/// it, until the launches' work on `ctx`'s stream is done: each member's owner waits for them (on
+/// this stream, or on an event recorded after them) before it uses or frees its buffers again.
+unsafe fn launch_all(
+    ctx: &GpuContext,
+    tables: &mut Tables,
+    members: &[PreparedMember],
+    max_blocks: usize,
+) -> Result<Vec<u32>, MemoryError> {
+    // The launches: sets of members sharing every value, cut to what the device holds.
+    let mut sets: Vec<Vec<usize>> = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        match sets.iter_mut().find(|set| {
+            let f = &members[set[0]];
+            f.shared == m.shared && set.len() < m.shared.resident
+        }) {
+            Some(set) => set.push(i),
+            None => sets.push(vec![i]),
+        }
+    }
+    // Every member's table and words, in launch order: one copy each.
+    let order: Vec<usize> = sets.iter().flatten().copied().collect();
+    let table_len: usize = members.iter().map(|m| m.table.len()).sum();
+    tables.reserve(ctx, MEMBER_WORDS * members.len(), table_len)?;
+    let table_base = ctx.address(&tables.table);
+    let (mut table, mut words) = (Vec::with_capacity(table_len), Vec::new());
+    for &i in &order {
+        let mut w = members[i].words.clone();
+        w[MEMBER_TABLE] = table_base + 8 * table.len() as u64;
+        words.extend_from_slice(&w);
+        table.extend_from_slice(&members[i].table);
+    }
+    ctx.write(&mut tables.table, &table)?;
+    ctx.write(&mut tables.words, &words)?;
+    let mut set_words = ctx.address(&tables.words);
+    let mut blocks = vec![0u32; members.len()];
+    for set in &sets {
+        let m = &members[set[0]];
+        let sh = &m.shared;
+        let per = (sh.resident / set.len())
+            .min(sh.slots as usize)
+            .min(max_blocks)
+            .max(1) as u32;
+        for &i in set {
+            blocks[i] = per;
+        }
+        let grid = Grid {
+            blocks: per,
+            ..sh.grid
+        };
+        let l = push_env(ctx.launch(&m.kernel), sh)
+            .value(&sh.n_env)
+            .value(&sh.cap_rows)
+            .value(&sh.n_step)
+            .value(&sh.gamma)
+            .value(&sh.batch)
+            .value(&sh.params)
+            .value(&sh.activation)
+            .value(&sh.double)
+            .value(&sh.loss_kind)
+            .value(&sh.delta)
+            .value(&sh.clip)
+            .value(&sh.beta1)
+            .value(&sh.beta2)
+            .value(&sh.weight_decay)
+            .value(&sh.tau)
+            .value(&sh.steps)
+            .value(&sh.chunk)
+            .value(&sh.slots)
+            .value(&set_words);
+        // SAFETY: the arguments follow EPOCH_PARAMS (kernels/epoch.cu) in order and size (the
+        // window's and the member table's pointers passed as their 8-byte addresses), and each
+        // member's words its `Member` struct, in order (`prepare`), the table's address set
+        // above. The caller keeps every buffer they name alive and to these launches alone
+        // until they are done. Each member was checked by `prepare` against its kernel: its
+        // environments' buffers hold n_env elements (observations n_env * obs_dim), its ring
+        // cap_rows * n_env slots whose row bases the table gives modulo that, its batch buffers
+        // `batch` rows of obs_dim floats; its layout words describe `params` parameters, which
+        // each of online, target, the moments and grads hold; part holds slots * params,
+        // norm_part slots, loss_part 3 * slots, stats rows for every learning step from
+        // first_stat; its table and times hold the plan's steps. Members of a launch share
+        // every value pushed here (`Shared`), so each block's shared memory is what
+        // kernels/epoch.cu lays out for `chunk` rows of its member's network. A member's block
+        // touches only its own environments', batch rows' and parameter slices' elements
+        // between its grid barriers, and no other member's buffers; the launch is cooperative
+        // with at most `resident` blocks in all, so every block is resident and the barriers
+        // complete; per <= slots.
+        unsafe { l.run_cooperative_rows(grid, set.len() as u32) }?;
+        set_words += (8 * MEMBER_WORDS * set.len()) as u64;
+    }
+    Ok(blocks)
+}
+
+/// Pushes the market and environment arguments EPOCH_PARAMS begins with, in order (the window's
+/// buffers as their addresses; the episode starts' key is the member's, in its words).
+fn push_env<'l>(l: Launch<'l>, sh: &'l Shared) -> Launch<'l> {
+    let (w, sc, sp) = (&sh.window, &sh.env, &sh.step);
+    l.value(&w[0])
+        .value(&w[1])
+        .value(&w[2])
+        .value(&w[3])
+        .value(&w[4])
+        .value(&sc.cols)
+        .value(&sc.split_start)
+        .value(&sc.split_end)
+        .value(&sc.lookback)
+        .value(&sc.max_position)
+        .value(&sc.upnl_scale)
+        .value(&sc.tick_size)
+        .value(&sp.multiplier)
+        .value(&sp.cost_per_side)
+        .value(&sp.slippage_price)
+        .value(&sp.episode_steps)
+        .value(&sp.reward_scale)
+        .value(&sp.risk_penalty)
+        .value(&sp.flatten_at_close)
 }
 
 /// Where the device's time went in a launch, milliseconds summed over its steps (block 0's

@@ -9,4 +9,7 @@ pub enum MemoryError {
     /// A setting is unusable (split, sizes).
     #[error("GPU environment: {0}")]
     Config(String),
+    /// A population's launch, made by another member's thread, failed.
+    #[error("a population's one-launch epoch: {0}")]
+    Launch(String),
 }

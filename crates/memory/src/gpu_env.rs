@@ -12,6 +12,7 @@ use crate::device::{DeviceWindow, OnStream};
 use crate::replay::DeviceReplay;
 
 /// The scalars env_reset and env_step both take after the market buffers.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct EnvScalars {
     pub cols: u32,
     pub split_start: u32,
@@ -41,6 +42,7 @@ fn market<'a>(l: Launch<'a>, w: &'a DeviceWindow, s: &'a EnvScalars) -> Launch<'
 }
 
 /// The scalars only env_step takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct StepParams {
     pub multiplier: f64,
     pub cost_per_side: f64,

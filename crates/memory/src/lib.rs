@@ -48,8 +48,8 @@ pub fn eval_bytes_per_bar(first_width: usize) -> usize {
 pub use device::{DevicePool, DeviceWindow, GpuArena, OnStream};
 #[cfg(feature = "cuda")]
 pub use epoch::{
-    EpochKernel, LearnRule, LearnerBuffers, NetShape, PlannedStep, StepTimes, TargetSync,
-    unsupported as epoch_unsupported,
+    EpochKernel, EpochMeeting, EpochMember, EpochPopulation, LearnRule, LearnerBuffers, NetShape,
+    PlannedStep, Seat, StepTimes, TargetSync, unsupported as epoch_unsupported,
 };
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]
