@@ -878,6 +878,8 @@ enum Place<'a, 'g> {
     Gpu {
         arena: Option<&'a foxhunt_memory::GpuArena<'g>>,
         ctx: Gpu,
+        /// For a member of a population: where its one-launch epochs meet the others'.
+        meeting: Option<&'a foxhunt_memory::EpochMeeting>,
     },
     #[cfg(not(feature = "cuda"))]
     #[allow(dead_code)]
@@ -948,6 +950,7 @@ impl WindowCtx<'_> {
             Some(ctx) => Place::Gpu {
                 arena: gpu_arena.as_ref(),
                 ctx,
+                meeting: None,
             },
             None => Place::Cpu,
         };
@@ -1028,6 +1031,7 @@ impl WindowCtx<'_> {
             Place::Gpu {
                 arena: on_device,
                 ctx,
+                meeting,
             } => {
                 let gpu_arena = on_device
                     .expect("a device arena is made when an agent needs the device engine");
@@ -1044,6 +1048,7 @@ impl WindowCtx<'_> {
                     cfg.max_steps_per_epoch,
                     arena.market().session(),
                     cfg.step_loop,
+                    *meeting,
                 )
                 .map_err(|e| fail(e, &prog))?;
                 self.epochs(engine, prog, start.best, &run, budget)
@@ -1090,15 +1095,25 @@ impl WindowCtx<'_> {
             use std::sync::atomic::{AtomicUsize, Ordering};
             let next = AtomicUsize::new(0);
             let slots = Mutex::new(&mut done);
+            // On a GPU, members that each have a thread meet at every one-launch epoch, so that
+            // the epochs of all of them are one launch. With more members than threads they
+            // train apart, each its own launches: a meeting needs every member on a thread of
+            // its own, and measured, 64 members on 64 threads of a 16-core host, meeting, were
+            // slower than on 16 threads apart (docs/PERFORMANCE.md).
+            #[cfg(feature = "cuda")]
+            let meeting = foxhunt_memory::EpochMeeting::new();
+            #[cfg(feature = "cuda")]
+            let meet = (threads == self.members.len()).then_some(&meeting);
             // A place per thread: on a GPU a worker's stream each, the window's arena shared.
             let places: Vec<Place<'_, '_>> = (0..threads)
                 .map(|_| -> Result<_, TrainError> {
                     Ok(match place {
                         Place::Cpu => Place::Cpu,
                         #[cfg(feature = "cuda")]
-                        Place::Gpu { arena, ctx } => Place::Gpu {
+                        Place::Gpu { arena, ctx, .. } => Place::Gpu {
                             arena: *arena,
                             ctx: ctx.worker()?,
+                            meeting: meet,
                         },
                         #[cfg(not(feature = "cuda"))]
                         Place::Gpu(_) => unreachable!("no GPU place without CUDA"),
@@ -1133,6 +1148,17 @@ impl WindowCtx<'_> {
                     });
                 }
             });
+            #[cfg(feature = "cuda")]
+            {
+                let rounds = meeting.rounds();
+                if let (Some(lo), Some(hi)) = (rounds.iter().min(), rounds.iter().max()) {
+                    tracing::info!(
+                        "window {}: the members' one-launch epochs met in {} launches ({lo} to {hi} members each)",
+                        w.index,
+                        rounds.len()
+                    );
+                }
+            }
         }
         let mut members = Vec::with_capacity(done.len());
         let mut stopped = false;

@@ -14,15 +14,16 @@ use std::sync::Arc;
 
 use foxhunt_dqn::config::{Loss, TargetUpdate};
 use foxhunt_dqn::fused::{
-    FusedDqn, TargetStep, activation_code, device_eval_unsupported, layout_words, update_terms,
+    FusedDqn, LentState, TargetStep, activation_code, device_eval_unsupported, layout_words,
+    update_terms,
 };
 use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, Snapshot, UpdateStats};
 use foxhunt_env::{EnvConfig, Metrics};
 use foxhunt_gpu::{DeviceBatch, DeviceBuffer, EventMarks, GpuContext};
 use foxhunt_memory::{
-    DeviceEvaluator, DevicePool, DeviceReplay, EpochKernel, GpuArena, GpuVecEnv, LearnRule,
-    LearnerBuffers, NetOnDevice, NetShape, PlannedStep, SampleSpec, TargetSync, epoch_unsupported,
-    unsupported_env,
+    DeviceEvaluator, DevicePool, DeviceReplay, EpochKernel, EpochMeeting, EpochMember, GpuArena,
+    GpuVecEnv, LearnRule, LearnerBuffers, NetOnDevice, NetShape, PlannedStep, SampleSpec, Seat,
+    TargetSync, epoch_unsupported, unsupported_env,
 };
 
 use super::{Engine, EpochPlan, EvalData, Judged, Timing, eager_steps};
@@ -62,6 +63,9 @@ pub(crate) struct DeviceEngine<'a, 'p> {
     eval: Option<DeviceEval<'a>>,
     /// The one-launch epoch, where the network fits it and the run asks for it.
     one_launch: Option<OneLaunch>,
+    /// Its seat at the population's meeting point, where this engine is a member of one whose
+    /// members' epochs launch together.
+    seat: Option<Seat<'a>>,
     /// Whether `fused` has learned since `agent` last took its weights.
     agent_behind: bool,
 }
@@ -86,7 +90,8 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
     /// of `ctx` (the arena's own, or a worker's of the same device: see [`GpuArena::on`]);
     /// `max_updates` is the most updates an epoch makes (their statistics stay on the device
     /// until it ends); `session` is the window's session index per row; `step_loop` how
-    /// epochs run.
+    /// epochs run; `meeting`, for a member of a population, where its one-launch epochs meet
+    /// the other members'.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         arena: &'a GpuArena<'p>,
@@ -99,6 +104,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
         max_updates: usize,
         session: &[u32],
         step_loop: StepLoop,
+        meeting: Option<&'a EpochMeeting>,
     ) -> Result<Self, TrainError> {
         let ctx = ctx.clone();
         let dqn = agent.config().clone();
@@ -150,6 +156,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
             n_env,
             explore_seed,
             eval,
+            seat: one_launch.as_ref().and(meeting).map(EpochMeeting::join),
             one_launch,
             agent_behind: false,
         })
@@ -164,6 +171,22 @@ fn net_shape(cfg: &AgentConfig, params: usize) -> NetShape {
         actions: cfg.actions,
         hidden: cfg.hidden.clone(),
     }
+}
+
+/// The fused engine's buffers lent to the one-launch epoch, and the first statistics row its
+/// updates write.
+pub fn learner_buffers(lent: LentState<'_>) -> (LearnerBuffers<'_>, usize) {
+    (
+        LearnerBuffers {
+            online: lent.online,
+            target: lent.target,
+            moment_1: lent.moment_1,
+            moment_2: lent.moment_2,
+            stats: lent.stats,
+            layout: lent.layout,
+        },
+        lent.first_stat,
+    )
 }
 
 /// The agent's learning rule as the one-launch epoch takes it (replay draws seeded by the
@@ -261,39 +284,64 @@ impl<'a> DeviceEngine<'a, '_> {
         learned
     }
 
-    /// Queues steps `range` of the plan as one launch.
+    /// Queues steps `range` of the plan as one launch: the engine's own, or, for a member of a
+    /// population, the one its members' epochs meet in.
     fn launch(&mut self, range: Range<usize>) -> Result<(), TrainError> {
-        let one = self.one_launch.as_mut().expect("a one-launch engine");
-        let steps = &one.plan[range];
-        let ctx = &self.ctx;
+        let ctx = self.ctx.clone();
+        let seat = self.seat.take();
+        let r = self.member(range).and_then(|member| match &seat {
+            Some(seat) => Ok(seat.launch(&ctx, member)?),
+            None => Ok(member.run(&ctx)?),
+        });
+        self.seat = seat;
+        r
+    }
+
+    /// Steps `range` of the plan as a member of a one-launch epoch.
+    fn member(&mut self, range: Range<usize>) -> Result<EpochMember<'_, 'a>, TrainError> {
+        let OneLaunch { kernel, rule, plan } =
+            self.one_launch.as_mut().expect("a one-launch engine");
+        let steps = &plan[range];
         let env = self
             .envs
             .as_mut()
             .expect("begin_epoch made the environments");
-        let lent = self
-            .fused
-            .lend_for_updates(steps.iter().filter(|s| s.learn).count())?;
-        let first_stat = lent.first_stat;
-        let learner = LearnerBuffers {
-            online: lent.online,
-            target: lent.target,
-            moment_1: lent.moment_1,
-            moment_2: lent.moment_2,
-            stats: lent.stats,
-            layout: lent.layout,
-        };
-        one.kernel.run(
-            ctx,
+        let (learner, first_stat) = learner_buffers(
+            self.fused
+                .lend_for_updates(steps.iter().filter(|s| s.learn).count())?,
+        );
+        Ok(EpochMember {
+            kernel,
             env,
-            &mut self.ring,
-            &mut self.batch,
-            learner,
-            &one.rule,
-            steps,
+            ring: &mut self.ring,
+            batch: &mut self.batch,
             first_stat,
-        )?;
-        Ok(())
+            learner,
+            rule,
+            plan: steps,
+        })
     }
+}
+
+/// Queues steps `range` of each engine's plan in launches of `population` (one where their
+/// one-launch epochs agree in all but their keys: foxhunt-memory's `EpochPopulation`), the
+/// engines on one stream. Each engine ends as its own launch would have left it. Returns the
+/// blocks each engine's member had.
+#[cfg(test)]
+pub(crate) fn launch_together(
+    population: &mut foxhunt_memory::EpochPopulation,
+    engines: &mut [&mut DeviceEngine<'_, '_>],
+    range: Range<usize>,
+) -> Result<Vec<u32>, TrainError> {
+    let Some(ctx) = engines.first().map(|e| e.ctx.clone()) else {
+        return Ok(Vec::new());
+    };
+    let mut members = Vec::with_capacity(engines.len());
+    for e in engines.iter_mut() {
+        assert!(Arc::ptr_eq(&e.ctx, &ctx), "engines of one stream");
+        members.push(e.member(range.clone())?);
+    }
+    Ok(population.run(&ctx, &mut members)?)
 }
 
 impl Engine for DeviceEngine<'_, '_> {

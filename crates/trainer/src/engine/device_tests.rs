@@ -1,9 +1,10 @@
 //! The one-launch epoch against the eager step loop and the burn agent, on the device (needs the
 //! `cuda` feature and FOXHUNT_GPU_TESTS=1; a no-op otherwise): with exploration only, the
 //! environments, the ring and the sampled batches of both loops are equal bit for bit; one
-//! launch of S steps equals S launches of one step and repeats itself; on the same weights and
-//! batch the gradients are the burn agent's, and 30 updates later so are the Q-values, for every
-//! network option the kernel takes.
+//! launch of S steps equals S launches of one step and repeats itself; each member of a
+//! population's launch equals its agent trained alone; on the same weights and batch the
+//! gradients are the burn agent's, and 30 updates later so are the Q-values, for every network
+//! option the kernel takes.
 
 use std::sync::Arc;
 
@@ -14,9 +15,9 @@ use foxhunt_dqn::replay::HostBatch;
 use foxhunt_dqn::{AgentConfig, AgentState, Batch, CpuBackend, DqnAgent, DqnConfig};
 use foxhunt_env::{EnvConfig, Execution, MarketData};
 use foxhunt_gpu::{DeviceBatch, GpuContext, HostBatchParts};
-use foxhunt_memory::{DevicePool, GpuArena, WindowData};
+use foxhunt_memory::{DevicePool, EpochMeeting, EpochPopulation, GpuArena, WindowData};
 
-use super::DeviceEngine;
+use super::{DeviceEngine, launch_together};
 use crate::StepLoop;
 use crate::engine::{Engine, EpochPlan};
 use crate::phase::PhaseClock;
@@ -48,20 +49,60 @@ fn engine<'a, 'p>(
     n_env: usize,
     step_loop: StepLoop,
 ) -> DeviceEngine<'a, 'p> {
+    engine_exploring(arena, m, cfg, state, n_env, step_loop, 5)
+}
+
+/// As `engine`, with exploration keyed by `explore_seed`.
+fn engine_exploring<'a, 'p>(
+    arena: &'a GpuArena<'p>,
+    m: &MarketData,
+    cfg: &AgentConfig,
+    state: &AgentState,
+    n_env: usize,
+    step_loop: StepLoop,
+    explore_seed: u64,
+) -> DeviceEngine<'a, 'p> {
+    engine_on(
+        arena,
+        arena.context(),
+        m,
+        cfg,
+        state,
+        n_env,
+        step_loop,
+        explore_seed,
+        None,
+    )
+}
+
+/// As `engine_exploring`, queuing on `ctx`'s stream and seated at `meeting`.
+#[allow(clippy::too_many_arguments)]
+fn engine_on<'a, 'p>(
+    arena: &'a GpuArena<'p>,
+    ctx: &Arc<GpuContext>,
+    m: &MarketData,
+    cfg: &AgentConfig,
+    state: &AgentState,
+    n_env: usize,
+    step_loop: StepLoop,
+    explore_seed: u64,
+    meeting: Option<&'a EpochMeeting>,
+) -> DeviceEngine<'a, 'p> {
     let mut agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default()).expect("agent");
     agent.import_state(state);
     let split = 0..m.rows() * 3 / 5;
     DeviceEngine::new(
         arena,
-        arena.context(),
+        ctx,
         agent,
         &EnvConfig::default(),
         split,
         n_env,
-        5,
+        explore_seed,
         512,
         m.session(),
         step_loop,
+        meeting,
     )
     .expect("engine")
 }
@@ -329,6 +370,191 @@ fn one_launch_equals_launches_of_one_step_and_repeats_itself() {
         }
         // Greedy acting used the weights as they moved: not a run of untouched networks.
         assert!(max_abs_diff(&once.3.online, &state.online) > 1e-4);
+    }
+}
+
+/// What an epoch left, as bits: environments, ring and batch; statistics; online, target and
+/// Adam's moments.
+type EpochResult = (Trace, Vec<[u32; 4]>, [Vec<u32>; 4]);
+
+fn epoch_result(e: &mut DeviceEngine<'_, '_>) -> EpochResult {
+    let t = trace(e);
+    let stats: Vec<[u32; 4]> = e
+        .finish_epoch()
+        .expect("stats")
+        .iter()
+        .map(|s| [s.loss, s.mean_q, s.td_abs_mean, s.grad_norm].map(f32::to_bits))
+        .collect();
+    let w = e.fused.state().expect("state");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    (
+        t,
+        stats,
+        [&w.online, &w.target, &w.moment_1, &w.moment_2].map(|v| bits(v)),
+    )
+}
+
+#[test]
+fn members_of_one_launch_equal_their_agents_alone() {
+    let Some(ctx) = gpu() else { return };
+    let (m, x) = es();
+    let mut pool = DevicePool::new(&ctx);
+    let arena = pool
+        .window(&WindowData {
+            market: m.clone(),
+            exec: x,
+        })
+        .expect("upload");
+    let greedy_often = Epsilon {
+        start: 0.3,
+        end: 0.3,
+        ..Epsilon::default()
+    };
+    // The profile's network (16 groups of 4 rows), and one with every option and 50 groups;
+    // members with 1, a few (not dividing the groups) and as many blocks as alone.
+    for (dqn, n_env) in [
+        (
+            DqnConfig {
+                hidden: vec![128, 128],
+                epsilon: greedy_often,
+                ..DqnConfig::default()
+            },
+            64,
+        ),
+        (
+            DqnConfig {
+                hidden: vec![64, 32],
+                layer_norm: true,
+                dueling: true,
+                target_update: TargetUpdate::Soft { tau: 0.05 },
+                batch_size: 200,
+                epsilon: greedy_often,
+                ..DqnConfig::default()
+            },
+            96,
+        ),
+    ] {
+        let env = EnvConfig::default();
+        let keys = [11u64, 12, 13];
+        let cfgs: Vec<AgentConfig> = keys
+            .iter()
+            .map(|&k| AgentConfig::new(env.obs_dim(m.cols()), env.actions(), k, dqn.clone()))
+            .collect();
+        let states: Vec<AgentState> = cfgs
+            .iter()
+            .map(|c| {
+                DqnAgent::<CpuBackend>::new(c.clone(), &Default::default())
+                    .expect("agent")
+                    .export_state()
+            })
+            .collect();
+        let p = plan(0, 40, cfgs[0].batch_size.max(n_env * 8));
+        let make = |k: usize| {
+            let mut e = engine_exploring(
+                &arena,
+                &m,
+                &cfgs[k],
+                &states[k],
+                n_env,
+                StepLoop::OneLaunch,
+                100 + keys[k],
+            );
+            e.begin_epoch(7 + keys[k]).expect("begin");
+            e
+        };
+        let alone: Vec<_> = (0..keys.len())
+            .map(|k| {
+                let mut e = make(k);
+                let learned = e.run_steps(&p, &mut clock()).expect("steps");
+                assert!(!learned.is_empty(), "the epoch learns");
+                epoch_result(&mut e)
+            })
+            .collect();
+        let slots = {
+            let e = make(0);
+            e.one_launch.as_ref().expect("one launch").kernel.blocks()
+        };
+        for blocks in [1, 3, slots as usize] {
+            let mut engines: Vec<_> = (0..keys.len()).map(make).collect();
+            let mut population = EpochPopulation::with_blocks(&ctx, blocks).expect("population");
+            for e in engines.iter_mut() {
+                e.plan(&p);
+            }
+            let mut refs: Vec<&mut DeviceEngine<'_, '_>> = engines.iter_mut().collect();
+            let had = launch_together(&mut population, &mut refs, 0..p.steps).expect("launch");
+            // One launch; as many blocks as asked where the device holds them for all three.
+            assert!(had.iter().all(|&b| b == had[0]), "{had:?}");
+            assert!(had[0] as usize <= blocks.min(slots as usize), "{had:?}");
+            if blocks < 4 {
+                assert_eq!(had[0] as usize, blocks);
+            }
+            for (k, e) in engines.iter_mut().enumerate() {
+                let got = epoch_result(e);
+                let what = format!("member {k} of {blocks} blocks");
+                assert_eq!(got.0, alone[k].0, "{what}: environments, ring, batch");
+                assert_eq!(got.1, alone[k].1, "{what}: statistics");
+                for (i, name) in ["online", "target", "m1", "m2"].iter().enumerate() {
+                    assert!(got.2[i] == alone[k].2[i], "{what}: {name}");
+                }
+            }
+        }
+        // Members on threads and streams of their own, seated at one meeting point before any
+        // arrives: their epochs meet in one launch, and each ends as alone.
+        ctx.synchronize().expect("the upload is done");
+        let meeting = EpochMeeting::new();
+        let seated = std::sync::Barrier::new(keys.len());
+        let met: Vec<EpochResult> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..keys.len())
+                .map(|k| {
+                    let (arena, m, cfgs, states) = (&arena, &m, &cfgs, &states);
+                    let (meeting, seated, p) = (&meeting, &seated, &p);
+                    scope.spawn(move || {
+                        let worker = arena.context().worker().expect("a worker's stream");
+                        let mut e = engine_on(
+                            arena,
+                            &worker,
+                            m,
+                            &cfgs[k],
+                            &states[k],
+                            n_env,
+                            StepLoop::OneLaunch,
+                            100 + keys[k],
+                            Some(meeting),
+                        );
+                        e.begin_epoch(7 + keys[k]).expect("begin");
+                        seated.wait();
+                        e.run_steps(p, &mut clock()).expect("steps");
+                        let r = epoch_result(&mut e);
+                        drop(e);
+                        worker.synchronize().expect("the worker's work is done");
+                        r
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a member's thread"))
+                .collect()
+        });
+        assert_eq!(
+            meeting.rounds(),
+            vec![keys.len()],
+            "one launch for every member"
+        );
+        for (k, got) in met.iter().enumerate() {
+            assert_eq!(
+                got.0, alone[k].0,
+                "member {k} on its thread: environments, ring, batch"
+            );
+            assert_eq!(got.1, alone[k].1, "member {k} on its thread: statistics");
+            assert!(
+                got.2 == alone[k].2,
+                "member {k} on its thread: networks and moments"
+            );
+        }
+        // The members are different agents: equal to their own runs, not to each other's.
+        assert_ne!(alone[0].2[0], alone[1].2[0]);
+        assert_ne!(alone[0].0, alone[1].0);
     }
 }
 
