@@ -164,9 +164,15 @@ pub fn env(root: &Path, envs: usize, steps: usize, reps: usize) -> Result<()> {
 
 /// `cargo xtask bench dqn`: microseconds per DQN train_step (32 -> 128 -> 128 -> 3, Adam,
 /// double DQN, Huber, grad clip) at batch 64 and 1024, on the CPU (NdArray) or burn-cuda.
-pub fn dqn(root: &Path, device: &str, updates: usize, batch_rows: &[usize]) -> Result<()> {
+pub fn dqn(
+    root: &Path,
+    device: &str,
+    updates: usize,
+    batch_rows: &[usize],
+    members: &[usize],
+) -> Result<()> {
     #[cfg(not(feature = "cuda"))]
-    let _ = (root, batch_rows); // only the one-launch benchmark reads these
+    let _ = (root, batch_rows, members); // only the one-launch benchmarks read these
     match device {
         "cpu" => {
             dqn_on::<foxhunt_dqn::CpuBackend>(&Default::default(), "cpu (burn NdArray)", updates)
@@ -175,8 +181,24 @@ pub fn dqn(root: &Path, device: &str, updates: usize, batch_rows: &[usize]) -> R
         "cuda" => {
             dqn_on::<foxhunt_dqn::CudaBackend>(&Default::default(), "cuda (burn-cuda)", updates)?;
             dqn_fused(updates)?;
+            let (m, env_cfg, exec) = bench_market(root)?;
+            let ctx = std::sync::Arc::new(foxhunt_gpu::GpuContext::new(0)?);
+            let mut pool = foxhunt_memory::DevicePool::new(&ctx);
+            let arena = pool.window(&foxhunt_memory::WindowData {
+                market: m.clone(),
+                exec,
+            })?;
+            let w = BenchWindow {
+                ctx: &ctx,
+                arena: &arena,
+                market: &m,
+                env: &env_cfg,
+            };
             for &rows in batch_rows {
-                dqn_one_launch(root, updates, rows)?;
+                dqn_one_launch(&w, updates, rows)?;
+            }
+            if !members.is_empty() {
+                dqn_population(&w, updates, members)?;
             }
             Ok(())
         }
@@ -362,22 +384,22 @@ fn dqn_fused(updates: usize) -> Result<()> {
 /// the target), launches of `updates` whole steps (act, environment step, sample, update), and
 /// single-update launches synchronized each time. Microseconds per update or step; medians of 5
 /// launches.
+/// The bundled ES bars resident on the device, for the one-launch benchmarks.
 #[cfg(feature = "cuda")]
-fn dqn_one_launch(root: &Path, updates: usize, batch_rows: usize) -> Result<()> {
-    use foxhunt_dqn::fused::{FusedDqn, TargetStep, update_terms};
+struct BenchWindow<'a, 'p> {
+    ctx: &'a std::sync::Arc<foxhunt_gpu::GpuContext>,
+    arena: &'a foxhunt_memory::GpuArena<'p>,
+    market: &'a foxhunt_env::MarketData,
+    env: &'a foxhunt_env::EnvConfig,
+}
+
+#[cfg(feature = "cuda")]
+fn dqn_one_launch(w: &BenchWindow<'_, '_>, updates: usize, batch_rows: usize) -> Result<()> {
+    use foxhunt_dqn::fused::FusedDqn;
     use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
-    use foxhunt_gpu::{DeviceBatch, GpuContext};
-    use foxhunt_memory::{
-        DevicePool, DeviceReplay, EpochKernel, GpuVecEnv, LearnerBuffers, NetShape, PlannedStep,
-        TargetSync, WindowData,
-    };
-    let (m, env_cfg, exec) = bench_market(root)?;
-    let ctx = std::sync::Arc::new(GpuContext::new(0)?);
-    let mut pool = DevicePool::new(&ctx);
-    let arena = pool.window(&WindowData {
-        market: m.clone(),
-        exec,
-    })?;
+    use foxhunt_gpu::DeviceBatch;
+    use foxhunt_memory::{DeviceReplay, EpochKernel, GpuVecEnv, NetShape, PlannedStep};
+    let (ctx, arena, m, env_cfg) = (w.ctx, w.arena, w.market, w.env);
     let n_env = 64;
     println!(
         "bench dqn: cuda (one-launch epoch kernel), same network, ring of 64 environments over the bundled ES bars, launches of {updates} steps, {batch_rows} batch rows a block"
@@ -397,7 +419,7 @@ fn dqn_one_launch(root: &Path, updates: usize, batch_rows: usize) -> Result<()> 
         };
         let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
         let steps = updates.max(1);
-        let mut fused = FusedDqn::new(&ctx, &cfg, &agent.export_state(), 16 * steps + 64)?;
+        let mut fused = FusedDqn::new(ctx, &cfg, &agent.export_state(), 16 * steps + 64)?;
         let shape = NetShape {
             params: fused.num_params(),
             obs_dim: cfg.obs_dim,
@@ -405,50 +427,19 @@ fn dqn_one_launch(root: &Path, updates: usize, batch_rows: usize) -> Result<()> 
             hidden: cfg.hidden.clone(),
         };
         let mut kernel =
-            EpochKernel::with_batch_rows(&ctx, shape, n_env, batch, steps.max(64), batch_rows)?;
-        let mut ring = DeviceReplay::new(&ctx, n_env, 4096 / n_env)?;
-        let mut db = DeviceBatch::new(&ctx, batch, cfg.obs_dim)?;
-        let mut env = GpuVecEnv::new(&arena, env_cfg.clone(), 0..m.rows(), n_env, 7)?;
+            EpochKernel::with_batch_rows(ctx, shape, n_env, batch, steps.max(64), batch_rows)?;
+        let mut ring = DeviceReplay::new(ctx, n_env, 4096 / n_env)?;
+        let mut db = DeviceBatch::new(ctx, batch, cfg.obs_dim)?;
+        let mut env = GpuVecEnv::new(arena, env_cfg.clone(), 0..m.rows(), n_env, 7)?;
         env.reset()?;
         let rule = foxhunt_trainer::learn_rule(&cfg, 2);
-        let step = |act: bool, learn: bool, done: u64| {
-            let t = update_terms(&cfg, done);
-            PlannedStep {
-                act,
-                epsilon: 0.1,
-                counter: done,
-                learn,
-                lr: t.lr,
-                eps_c2: t.eps_c2,
-                cf: t.cf,
-                sync: match t.target {
-                    TargetStep::Keep => TargetSync::None,
-                    TargetStep::Copy => TargetSync::Copy,
-                    TargetStep::Blend(_) => TargetSync::Blend,
-                },
-            }
-        };
+        let step = |act: bool, learn: bool, done: u64| planned_step(&cfg, act, learn, done);
         let mut launch =
             |kernel: &mut EpochKernel, plan: &[PlannedStep], fused: &mut FusedDqn| -> Result<()> {
                 let n = plan.iter().filter(|s| s.learn).count();
-                let lent = fused.lend_for_updates(n)?;
-                let first = lent.first_stat;
+                let (learner, first) = foxhunt_trainer::learner_buffers(fused.lend_for_updates(n)?);
                 kernel.run(
-                    &ctx,
-                    &mut env,
-                    &mut ring,
-                    &mut db,
-                    LearnerBuffers {
-                        online: lent.online,
-                        target: lent.target,
-                        moment_1: lent.moment_1,
-                        moment_2: lent.moment_2,
-                        stats: lent.stats,
-                        layout: lent.layout,
-                    },
-                    &rule,
-                    plan,
-                    first,
+                    ctx, &mut env, &mut ring, &mut db, learner, &rule, plan, first,
                 )?;
                 Ok(())
             };
@@ -474,7 +465,7 @@ fn dqn_one_launch(root: &Path, updates: usize, batch_rows: usize) -> Result<()> 
                 us.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
                 fused.take_stats()?;
                 if rep + 1 == reps && reps > 1 {
-                    parts.push((act, kernel.step_times(&ctx, steps)?));
+                    parts.push((act, kernel.step_times(ctx, steps)?));
                 }
             }
             Ok(summarize(&mut us).0)
@@ -525,6 +516,159 @@ fn dqn_one_launch(root: &Path, updates: usize, batch_rows: usize) -> Result<()> 
                 us(t.sync)
             );
         }
+    }
+    Ok(())
+}
+
+/// A planned step of `cfg`'s agent after `done` updates, exploring at 0.1 (the benchmarks' plan).
+#[cfg(feature = "cuda")]
+fn planned_step(
+    cfg: &foxhunt_dqn::AgentConfig,
+    act: bool,
+    learn: bool,
+    done: u64,
+) -> foxhunt_memory::PlannedStep {
+    use foxhunt_dqn::fused::{TargetStep, update_terms};
+    use foxhunt_memory::TargetSync;
+    let t = update_terms(cfg, done);
+    foxhunt_memory::PlannedStep {
+        act,
+        epsilon: 0.1,
+        counter: done,
+        learn,
+        lr: t.lr,
+        eps_c2: t.eps_c2,
+        cf: t.cf,
+        sync: match t.target {
+            TargetStep::Keep => TargetSync::None,
+            TargetStep::Copy => TargetSync::Copy,
+            TargetStep::Blend(_) => TargetSync::Blend,
+        },
+    }
+}
+
+/// A population of K agents (seeds 1000.., the default network, 64 environments each over the
+/// bundled ES bars, batch 64) in one launch of foxhunt-memory's `EpochPopulation`: each ring
+/// filled by a launch of 64 acting steps, then launches of `updates` whole steps (act,
+/// environment step, sample, update) for all K at once. Microseconds per step of the launch
+/// (median of 5 launches) and agent-steps per second.
+#[cfg(feature = "cuda")]
+fn dqn_population(w: &BenchWindow<'_, '_>, updates: usize, members: &[usize]) -> Result<()> {
+    use foxhunt_dqn::fused::FusedDqn;
+    use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
+    use foxhunt_gpu::DeviceBatch;
+    use foxhunt_memory::{
+        DeviceReplay, EpochKernel, EpochMember, EpochPopulation, GpuVecEnv, LearnRule, NetShape,
+        PlannedStep,
+    };
+    let (ctx, arena, m, env_cfg) = (w.ctx, w.arena, w.market, w.env);
+    let (n_env, batch, steps) = (64, 64, updates.max(1));
+    println!(
+        "bench dqn: cuda, a population in one launch (EpochPopulation), each agent 64 environments over the bundled ES bars, batch {batch}, launches of {steps} steps"
+    );
+    println!(
+        "{:>7} {:>14} {:>14} {:>16} {:>18}",
+        "agents", "blocks/agent", "step us", "agent-steps/s", "us per agent-step"
+    );
+    struct Agent<'w> {
+        cfg: AgentConfig,
+        fused: FusedDqn,
+        kernel: EpochKernel,
+        ring: DeviceReplay,
+        db: DeviceBatch,
+        env: GpuVecEnv<'w>,
+        rule: LearnRule,
+    }
+    for &k in members {
+        let mut agents = Vec::with_capacity(k);
+        for i in 0..k as u64 {
+            let cfg = AgentConfig {
+                seed: 1000 + i,
+                dqn: DqnConfig {
+                    batch_size: batch,
+                    ..DqnConfig::default()
+                },
+                ..AgentConfig::default()
+            };
+            let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
+            let fused = FusedDqn::new(ctx, &cfg, &agent.export_state(), 16 * steps + 64)?;
+            let shape = NetShape {
+                params: fused.num_params(),
+                obs_dim: cfg.obs_dim,
+                actions: cfg.actions,
+                hidden: cfg.hidden.clone(),
+            };
+            let mut env = GpuVecEnv::new(arena, env_cfg.clone(), 0..m.rows(), n_env, 7 + i)?;
+            env.reset()?;
+            agents.push(Agent {
+                kernel: EpochKernel::new(ctx, shape, n_env, batch, steps.max(64))?,
+                ring: DeviceReplay::new(ctx, n_env, 4096 / n_env)?,
+                db: DeviceBatch::new(ctx, batch, cfg.obs_dim)?,
+                rule: foxhunt_trainer::learn_rule(&cfg, 2 + i),
+                env,
+                fused,
+                cfg,
+            });
+        }
+        let mut population = EpochPopulation::new(ctx)?;
+        let mut blocks = Vec::new();
+        let mut run = |agents: &mut [Agent<'_>], n: usize, learn: bool| -> Result<f64> {
+            let plans: Vec<Vec<PlannedStep>> = agents
+                .iter()
+                .map(|a| {
+                    let done = a.fused.updates();
+                    (0..n as u64)
+                        .map(|s| planned_step(&a.cfg, true, learn, done + s))
+                        .collect()
+                })
+                .collect();
+            let mut launch = Vec::with_capacity(agents.len());
+            for (a, plan) in agents.iter_mut().zip(&plans) {
+                let (learner, first_stat) =
+                    foxhunt_trainer::learner_buffers(a.fused.lend_for_updates(if learn {
+                        n
+                    } else {
+                        0
+                    })?);
+                launch.push(EpochMember {
+                    kernel: &mut a.kernel,
+                    env: &mut a.env,
+                    ring: &mut a.ring,
+                    batch: &mut a.db,
+                    first_stat,
+                    learner,
+                    rule: &a.rule,
+                    plan,
+                });
+            }
+            ctx.synchronize()?;
+            let t0 = Instant::now();
+            blocks = population.run(ctx, &mut launch)?;
+            ctx.synchronize()?;
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            drop(launch);
+            for a in agents.iter_mut() {
+                let stats = a.fused.take_stats()?;
+                anyhow::ensure!(
+                    stats.iter().all(|r| r.first_non_finite().is_none()),
+                    "non-finite statistics"
+                );
+            }
+            Ok(us)
+        };
+        // The rings filled (64 rows), a warm-up launch, then the timed ones.
+        run(&mut agents, 64, false)?;
+        run(&mut agents, steps, true)?;
+        let mut us: Vec<f64> = (0..5)
+            .map(|_| run(&mut agents, steps, true).map(|t| t / steps as f64))
+            .collect::<Result<_>>()?;
+        let (step_us, _) = summarize(&mut us);
+        println!(
+            "{k:>7} {:>14} {step_us:>14.1} {:>16.0} {:>18.2}",
+            blocks.first().copied().unwrap_or(0),
+            k as f64 * 1e6 / step_us,
+            step_us / k as f64
+        );
     }
     Ok(())
 }

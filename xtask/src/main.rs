@@ -129,6 +129,10 @@ enum Bench {
         /// engine's choice is foxhunt-memory's `EpochKernel::BATCH_ROWS`).
         #[arg(long, value_delimiter = ',', default_value = "4")]
         batch_rows: Vec<usize>,
+        /// Populations to time in one launch each (cuda), e.g. 1,4,16,64: agents of batch 64
+        /// trained side by side (none by default).
+        #[arg(long, value_delimiter = ',')]
+        members: Vec<usize>,
     },
     /// Steps per second of the GPU environment (xtask built with --features cuda).
     #[cfg(feature = "cuda")]
@@ -219,8 +223,9 @@ fn main() -> Result<()> {
                     device,
                     updates,
                     batch_rows,
+                    members,
                 },
-        } => bench::dqn(&root, &device, updates, &batch_rows),
+        } => bench::dqn(&root, &device, updates, &batch_rows, &members),
         Command::Bench {
             what:
                 Bench::Eval {
