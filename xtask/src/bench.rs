@@ -824,6 +824,9 @@ pub struct DeviceVariants {
     pub walk_rows: Vec<u32>,
     /// `reuse` or `full`: how a walk in a position gets its first hidden layer.
     pub first_layer: Vec<String>,
+    /// Networks judged together (a population's validations), timed beside as many judged one
+    /// after another.
+    pub members: Vec<usize>,
 }
 
 /// `cargo xtask bench eval [--device cpu|cuda]`: the greedy evaluation of the profile
@@ -1113,6 +1116,93 @@ fn device_eval(
     ev.set_stitch(None)?;
     ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
     ev.set_first_layer_reuse(true);
+    if !variants.members.is_empty() {
+        population_eval(
+            &ctx,
+            &mut ev,
+            agent_cfg,
+            agent,
+            split,
+            cfg.capital,
+            reps,
+            &variants.members,
+        )?;
+    }
+    Ok(())
+}
+
+/// A population's validations: for each K of `members`, K networks (`agent` and differently
+/// seeded untrained ones) judged in one evaluation (`judge_all`) beside the same K judged one
+/// after another, median microseconds of `reps`; the metrics checked equal first.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn population_eval(
+    ctx: &std::sync::Arc<foxhunt_gpu::GpuContext>,
+    ev: &mut foxhunt_memory::DeviceEvaluator<'_>,
+    agent_cfg: &foxhunt_dqn::AgentConfig,
+    agent: &foxhunt_dqn::DqnAgent<foxhunt_dqn::CpuBackend>,
+    split: std::ops::Range<usize>,
+    capital: f64,
+    reps: usize,
+    members: &[usize],
+) -> Result<()> {
+    use foxhunt_dqn::{CpuBackend, DqnAgent};
+    use foxhunt_memory::NetOnDevice;
+    let most = members.iter().copied().max().unwrap_or(1);
+    let (words, max_width) = foxhunt_dqn::fused::layout_words(agent_cfg);
+    let layout = ctx.upload(&words)?;
+    let mut params = vec![ctx.upload(&agent.export_state().online)?];
+    for k in 1..most {
+        let mut c = agent_cfg.clone();
+        c.seed = agent_cfg.seed + 1000 + k as u64;
+        let a = DqnAgent::<CpuBackend>::new(c, &Default::default())?;
+        params.push(ctx.upload(&a.export_state().online)?);
+    }
+    let nets: Vec<NetOnDevice<'_>> = params
+        .iter()
+        .map(|p| NetOnDevice {
+            params: p,
+            layout: &layout,
+            obs_dim: agent_cfg.obs_dim,
+            max_width,
+            first_width: agent_cfg.first_width(),
+        })
+        .collect();
+    for &k in members {
+        let nets = &nets[..k.max(1)];
+        let alone = |ev: &mut foxhunt_memory::DeviceEvaluator<'_>| -> Result<Vec<String>> {
+            nets.iter()
+                .map(|n| Ok(format!("{:?}", ev.judge(n, split.clone(), capital)?)))
+                .collect()
+        };
+        let together = |ev: &mut foxhunt_memory::DeviceEvaluator<'_>| -> Result<Vec<String>> {
+            Ok(ev
+                .judge_all(nets, split.clone(), capital)?
+                .iter()
+                .map(|m| format!("{m:?}"))
+                .collect())
+        };
+        anyhow::ensure!(
+            alone(ev)? == together(ev)?,
+            "{k} networks judged together book other metrics than each alone"
+        );
+        // In turn, rep by rep, so that the machine's moods fall on both alike.
+        let (mut one_by_one, mut all) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            alone(ev)?;
+            one_by_one.push(t0.elapsed().as_secs_f64() * 1e6);
+            let t0 = Instant::now();
+            together(ev)?;
+            all.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        let (one_by_one, all) = (summarize(&mut one_by_one).0, summarize(&mut all).0);
+        println!(
+            "  device, {k:>3} networks: one after another {one_by_one:>10.1} us, together {all:>10.1} us ({:.1} us a network, {:.2}x)",
+            all / k as f64,
+            one_by_one / all
+        );
+    }
     Ok(())
 }
 

@@ -116,6 +116,10 @@ enum Bench {
         /// summed again).
         #[arg(long, value_delimiter = ',', default_value = "reuse")]
         first_layer: Vec<String>,
+        /// Networks judged together, side by side with as many one after another (cuda; a
+        /// population's validations), e.g. 1,4,16,64.
+        #[arg(long, value_delimiter = ',')]
+        members: Vec<usize>,
     },
     /// Microseconds per DQN train_step at batch 64 and 1024.
     Dqn {
@@ -235,6 +239,7 @@ fn main() -> Result<()> {
                     stitch,
                     walk_rows,
                     first_layer,
+                    members,
                 },
         } => bench::eval(
             &root,
@@ -245,6 +250,7 @@ fn main() -> Result<()> {
                 stitch,
                 walk_rows,
                 first_layer,
+                members,
             },
         ),
         #[cfg(feature = "cuda")]

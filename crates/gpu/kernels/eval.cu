@@ -37,6 +37,12 @@
 // only where that is exact: when every term is a whole multiple of one power of two and the sum
 // of their magnitudes is below 2^52 of it, every partial sum is representable, so every order of
 // adding gives the host's bits (ES, NQ: prices on a quarter-point grid, costs such as 2.50 a side).
+//
+// A population. Every kernel also judges the networks of several members at once, a member a row
+// of blocks (blockIdx.y): its parameters and layout come from the member table (two addresses a
+// member) and every buffer the kernels write or read per evaluation holds the members' parts one
+// after another (a member's part as large as one evaluation's). A member's row runs exactly the
+// code of its evaluation alone, so its decisions and metrics are that evaluation's.
 
 // The network description (u64 words), written by the host (foxhunt-dqn's layout_words):
 // [0] hidden layers L, [1] actions, [2] obs_dim, [3] layer norm (0/1), [4] dueling (0/1), then
@@ -283,13 +289,26 @@ __device__ __forceinline__ bool same_state(int pos_a, double entry_a, int pos_b,
     const float *features, const double *open, const double *close, const u32 *session,            \
         const u32 *contract, u32 cols, u32 lookback, int max_position, float upnl_scale,           \
         double tick_size, const float *params, const unsigned long long *net, u32 n_params,        \
-        u32 params_shared, u32 max_width
+        u32 params_shared, u32 max_width, const unsigned long long *members
+
+// Moves each pointer to this row's network's part of its buffer (`per` elements a network; the
+// first row's part is the buffer's start, as for one network alone).
+template <typename... T>
+__device__ __forceinline__ void at_member(u64 per, T*&... p) {
+    ((p += (u64)blockIdx.y * per), ...);
+}
 
 // Every evaluation kernel's dynamic shared memory: the parameters (when params_shared) and then
 // each warp's scratch. Returns the network to read and the first scratch float.
 __device__ __forceinline__ Net eval_prologue(float* sh, const float* params,
                                              const unsigned long long* net, u32 n_params,
-                                             u32 params_shared, float** scratch) {
+                                             u32 params_shared, const unsigned long long* members,
+                                             float** scratch) {
+    if (members) {
+        // A population's member: its row of the member table (parameters, layout).
+        params = (const float*)members[2 * blockIdx.y];
+        net = (const unsigned long long*)members[2 * blockIdx.y + 1];
+    }
     Net n = {params, net};
     if (params_shared) {
         for (u32 k = threadIdx.x; k < n_params; k += blockDim.x) sh[k] = params[k];
@@ -314,8 +333,12 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
               float* first_sums, u32 first_on) {
     extern __shared__ float sh[];
     float* scratch;
-    Net n = eval_prologue(sh, params, net, n_params, params_shared, &scratch);
+    Net n = eval_prologue(sh, params, net, n_params, params_shared, members, &scratch);
     Market m = {features, open, close, session, contract, cols};
+    // The member's part of the outputs (row 0 alone).
+    const u64 bars = split_end - split_start;
+    at_member(bars, flat_target);
+    at_member(bars * (first_on ? (u32)net_layer(n, 0)[3] : 0), first_sums);
     u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u32 dim = net_obs_dim(n);
     WarpScratch s = warp_scratch(scratch, warp, dim, max_width);
@@ -675,11 +698,16 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     extern __shared__ float sh[];
     __shared__ WalkState ws;
     float* scratch;
-    Net n = eval_prologue(sh, params, net, n_params, params_shared, &scratch);
+    Net n = eval_prologue(sh, params, net, n_params, params_shared, members, &scratch);
     Market m = {features, open, close, session, contract, cols};
     Exec xc = {multiplier, cost_per_side, slippage_price};
     WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
     const u32 c = blockIdx.x;
+    // The member's part: its flat pass's and its walks' (a row of blocks a chunk each).
+    const u64 bars = split_end - split_start;
+    at_member(bars, flat_target, w_target, w_pos, w_entry);
+    at_member(bars * (first_on ? (u32)net_layer(n, 0)[3] : 0), first_sums);
+    at_member(gridDim.x, w_end_pos, w_end_entry);
     WalkIo io = {split_start, split_end, flat_target, first_on ? first_sums : 0,
                  w_target, w_pos, w_entry, 0, 0};
     const Team alone = {0, 1, rows_max, min(rows_min, rows_max), 0, 0};
@@ -712,15 +740,22 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     eval_stitch(WALK_PARAMS, const u32* sess_start, const u32* sess_end, const u32* sess_chunk,
                 const u32* chunk_end, const signed char* w_target, const signed char* w_pos,
                 const double* w_entry, const signed char* w_end_pos, const double* w_end_entry,
-                u32 n_sessions, u32 team_size, u32 rows_min, int* team_act, u32* team_bar,
-                signed char* targets) {
+                u32 n_sessions, u32 n_chunks, u32 team_size, u32 rows_min, int* team_act,
+                u32* team_bar, signed char* targets) {
     extern __shared__ float sh[];
     __shared__ WalkState ws;
     float* scratch;
-    Net n = eval_prologue(sh, params, net, n_params, params_shared, &scratch);
+    Net n = eval_prologue(sh, params, net, n_params, params_shared, members, &scratch);
     Market m = {features, open, close, session, contract, cols};
     Exec xc = {multiplier, cost_per_side, slippage_price};
     WarpScratch s = block_scratch(scratch, rows_max, net_obs_dim(n), max_width);
+    // The member's part: its flat pass's, its walks', its decisions and its teams' words.
+    const u64 bars = split_end - split_start;
+    at_member(bars, flat_target, w_target, w_pos, w_entry, targets);
+    at_member(bars * (first_on ? (u32)net_layer(n, 0)[3] : 0), first_sums);
+    at_member(n_chunks, w_end_pos, w_end_entry);
+    at_member((u64)gridDim.x * 2 * rows_max, team_act);
+    at_member(2 * (gridDim.x / team_size), team_bar);
     const u32 g = blockIdx.x / team_size, teams = gridDim.x / team_size;
     const Team team = {blockIdx.x % team_size, team_size, rows_max, min(rows_min, rows_max),
                        team_act + (u64)g * 2 * team_size * rows_max, team_bar + 2 * g};
@@ -773,6 +808,8 @@ extern "C" __global__ void __launch_bounds__(256)
     const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
     const u32 t = split_start + k;
     if (t >= split_end) return;
+    // The member's part (a row of blocks a member).
+    at_member(split_end - split_start, targets, step_hold, step_bar, step_cost, step_word);
     Market m = {0, open, close, session, contract, 0};
     Exec xc = {multiplier, cost_per_side, slippage_price};
     const bool first = t == split_start || session[t] != session[t - 1];
@@ -826,7 +863,7 @@ __device__ __forceinline__ Step read_step(double hold, double bar, double cost, 
 // Warps of a book_sessions block (the host launches BOOK_WARPS * 32 threads).
 #define BOOK_WARPS 8
 extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32)
-    book_sessions(u32 split_start, double cost_per_side, const u32* sess_start,
+    book_sessions(u32 split_start, u32 n_bars, double cost_per_side, const u32* sess_start,
                   const u32* sess_end, u32 n_sessions, const double* step_hold,
                   const double* step_bar, const double* step_cost, const u32* step_word,
                   double* daily, u32* n_pnl, u32* n_cost, unsigned long long* n_trades,
@@ -837,6 +874,9 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32)
     u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u32 sid = blockIdx.x * (blockDim.x >> 5) + warp;
     if (sid >= n_sessions) return;
+    // The member's part (a row of blocks a member): its steps and its sessions' entries.
+    at_member(n_bars, step_hold, step_bar, step_cost, step_word, pnl_out, seen_out, cost_out);
+    at_member(n_sessions, daily, n_pnl, n_cost, n_trades, wins, bars, contracts);
     const u32 ss = sess_start[sid], se = sess_end[sid];
     const u32 out0 = ss - split_start;
     double day = 0.0, trade_pnl = 0.0;
@@ -1010,7 +1050,8 @@ __device__ __forceinline__ void share(u32 n, u32* first, u32* end) {
 // bars held, contracts (u64 bits), [7] 1 when the equity was summed in parallel (exact), then
 // the daily PnL of each session.
 extern "C" __global__ void __launch_bounds__(1024)
-    book_total(u32 n_sessions, const u32* sess_start, u32 split_start, const double* daily,
+    book_total(u32 n_sessions, const u32* sess_start, u32 split_start, u32 n_bars,
+               const double* daily,
                const u32* n_pnl, const u32* n_cost, const unsigned long long* n_trades,
                const unsigned long long* wins, const unsigned long long* bars,
                const unsigned long long* contracts, const double* pnl, const unsigned char* seen,
@@ -1021,6 +1062,11 @@ extern "C" __global__ void __launch_bounds__(1024)
     __shared__ double tmp_f64[32];
     __shared__ int tmp_i32[32];
     __shared__ double s_costs;
+    // The member's part (a block a member, blockIdx.y).
+    at_member(n_sessions, daily, n_pnl, n_cost, n_trades, wins, bars, contracts, off_pnl,
+              off_cost);
+    at_member(n_bars, pnl, seen, cost, V, F, C, E);
+    at_member(8 + n_sessions, out);
     u32 first, last;
     // Places of each session's steps and costs in the split's order.
     share(n_sessions, &first, &last);

@@ -151,9 +151,18 @@ impl<'a> Launch<'a> {
     /// The arguments match the kernel's CUDA signature in number, order and type, and for this
     /// grid every element the kernel reads or writes lies within the buffers given. The caller
     /// states why, in a `// SAFETY:` comment at the call.
-    pub unsafe fn run(mut self, grid: Grid) -> Result<(), GpuError> {
+    pub unsafe fn run(self, grid: Grid) -> Result<(), GpuError> {
+        // SAFETY: the caller's contract, as for `run_rows`.
+        unsafe { self.run_rows(grid, 1) }
+    }
+
+    /// As [`Launch::run`], with `rows` rows of `grid.blocks` blocks (blockIdx.y is the row).
+    ///
+    /// # Safety
+    /// As [`Launch::run`], for the whole grid of rows.
+    pub unsafe fn run_rows(mut self, grid: Grid, rows: u32) -> Result<(), GpuError> {
         let cfg = LaunchConfig {
-            grid_dim: (grid.blocks, 1, 1),
+            grid_dim: (grid.blocks, rows, 1),
             block_dim: (grid.threads, 1, 1),
             shared_mem_bytes: grid.shared_bytes,
         };

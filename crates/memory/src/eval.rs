@@ -14,6 +14,7 @@ use crate::device::{DeviceWindow, OnStream};
 /// A dense Q-network on the device as the evaluation kernels read it: the parameters, flat in
 /// foxhunt-dqn's `AgentState` order, and the layout words that say where each layer lies
 /// (foxhunt-dqn's `fused::layout_words`).
+#[derive(Clone, Copy)]
 pub struct NetOnDevice<'a> {
     /// The parameters.
     pub params: &'a DeviceBuffer<f32>,
@@ -27,6 +28,56 @@ pub struct NetOnDevice<'a> {
     /// evaluator sizes the flat pass's first-layer sums by it, and the kernels write that layer's
     /// width a bar.
     pub first_width: usize,
+}
+
+impl NetOnDevice<'_> {
+    /// The network as the kernels take it, queued on `ctx`'s stream.
+    pub(crate) fn member(&self, ctx: &GpuContext) -> MemberNet {
+        MemberNet {
+            params: ctx.address(self.params),
+            layout: ctx.address(self.layout),
+            n_params: self.params.len(),
+            obs_dim: self.obs_dim,
+            max_width: self.max_width,
+            first_width: self.first_width,
+        }
+    }
+}
+
+/// A network by its device addresses (a member of a population's evaluation): what
+/// [`NetOnDevice`] says, with the buffers' addresses in place of their borrows. Whoever makes
+/// one keeps the buffers alive and unwritten until the evaluation given it has run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberNet {
+    /// The parameters' address (`n_params` floats).
+    pub params: u64,
+    /// The layout words' address.
+    pub layout: u64,
+    /// Parameters.
+    pub n_params: usize,
+    /// As [`NetOnDevice`]'s fields of the same names.
+    pub obs_dim: usize,
+    /// The widest row.
+    pub max_width: usize,
+    /// Units of the first hidden layer.
+    pub first_width: usize,
+}
+
+impl MemberNet {
+    /// The dimensions that size the kernels' blocks: equal for every member of one evaluation.
+    fn shape(&self) -> (usize, usize, usize, usize) {
+        (
+            self.n_params,
+            self.obs_dim,
+            self.max_width,
+            self.first_width,
+        )
+    }
+
+    /// Whether `other` can be judged in one evaluation with this network.
+    pub(crate) fn same_shape(&self, other: &MemberNet) -> bool {
+        self.shape() == other.shape()
+    }
 }
 
 /// Why the device cannot decide exactly as the host for this environment, if it cannot: holding
@@ -176,6 +227,8 @@ pub struct DeviceEvaluator<'a> {
     chain_only: bool,
     /// Timestamps between the kernels, when asked for (measuring).
     marks: Option<EventMarks>,
+    /// A population's member table: each member's parameters' and layout's addresses.
+    members: DeviceBuffer<u64>,
 }
 
 /// The booking's scratch (kernels/eval.cu's book_sessions and book_total).
@@ -231,8 +284,14 @@ impl BookBuffers {
         })
     }
 
-    /// Room for a split of `bars` bars in `sessions` sessions.
-    fn fit(&mut self, ctx: &GpuContext, bars: usize, sessions: usize) -> Result<(), MemoryError> {
+    /// Room for `members` splits of `bars` bars in `sessions` sessions in all.
+    fn fit(
+        &mut self,
+        ctx: &GpuContext,
+        bars: usize,
+        sessions: usize,
+        members: usize,
+    ) -> Result<(), MemoryError> {
         fit(ctx, &mut self.step_hold, bars)?;
         fit(ctx, &mut self.step_bar, bars)?;
         fit(ctx, &mut self.step_cost, bars)?;
@@ -253,7 +312,7 @@ impl BookBuffers {
         fit(ctx, &mut self.contracts, sessions)?;
         fit(ctx, &mut self.off_pnl, sessions)?;
         fit(ctx, &mut self.off_cost, sessions)?;
-        fit(ctx, &mut self.out, sessions + 8)
+        fit(ctx, &mut self.out, sessions + 8 * members)
     }
 }
 
@@ -414,6 +473,7 @@ impl<'a> DeviceEvaluator<'a> {
             chunk_bars: CHUNK_BARS,
             chain_only: false,
             marks: None,
+            members: ctx.alloc(0)?,
             ctx,
         })
     }
@@ -471,8 +531,24 @@ impl<'a> DeviceEvaluator<'a> {
         net: &NetOnDevice<'_>,
         split: Range<usize>,
     ) -> Result<Vec<i8>, MemoryError> {
-        self.decide(net, &split)?;
+        let net = net.member(&self.ctx);
+        self.decide(&[net], &split)?;
         Ok(self.ctx.download_prefix(&self.targets, split.len())?)
+    }
+
+    /// [`DeviceEvaluator::targets`] of several networks of one shape at once (a population's),
+    /// each network's decisions equal to its own evaluation's.
+    pub fn targets_all(
+        &mut self,
+        nets: &[NetOnDevice<'_>],
+        split: Range<usize>,
+    ) -> Result<Vec<Vec<i8>>, MemoryError> {
+        let members: Vec<MemberNet> = nets.iter().map(|n| n.member(&self.ctx)).collect();
+        self.decide(&members, &split)?;
+        let all = self
+            .ctx
+            .download_prefix(&self.targets, split.len() * members.len())?;
+        Ok(all.chunks(split.len()).map(<[i8]>::to_vec).collect())
     }
 
     /// The backtest of the greedy policy of `net` over `split`, booked on the device: its
@@ -484,8 +560,44 @@ impl<'a> DeviceEvaluator<'a> {
         split: Range<usize>,
         capital: f64,
     ) -> Result<Metrics, MemoryError> {
-        self.decide(net, &split)?;
-        Ok(self.book(&split, capital, false)?.metrics())
+        let net = net.member(&self.ctx);
+        self.decide(&[net], &split)?;
+        let mut books = self.book(&split, capital, false, 1)?;
+        Ok(books.remove(0).metrics())
+    }
+
+    /// [`DeviceEvaluator::judge`] of several networks of one shape at once (a population's):
+    /// each one's metrics equal its own judgement's, in the order given.
+    pub fn judge_all(
+        &mut self,
+        nets: &[NetOnDevice<'_>],
+        split: Range<usize>,
+        capital: f64,
+    ) -> Result<Vec<Metrics>, MemoryError> {
+        let members: Vec<MemberNet> = nets.iter().map(|n| n.member(&self.ctx)).collect();
+        self.judge_members(&members, split, capital)
+    }
+
+    /// [`DeviceEvaluator::judge_all`] of networks given by address.
+    pub(crate) fn judge_members(
+        &mut self,
+        members: &[MemberNet],
+        split: Range<usize>,
+        capital: f64,
+    ) -> Result<Vec<Metrics>, MemoryError> {
+        self.decide(members, &split)?;
+        let books = self.book(&split, capital, false, members.len())?;
+        Ok(books.iter().map(DeviceBook::metrics).collect())
+    }
+
+    /// The stream the evaluator queues its work on.
+    pub(crate) fn context(&self) -> &GpuContext {
+        &self.ctx
+    }
+
+    /// The environment it decides in.
+    pub(crate) fn env(&self) -> &EnvConfig {
+        &self.env
     }
 
     /// Books decisions `targets` (one per bar of `split`, as [`DeviceEvaluator::targets`] gives
@@ -504,10 +616,10 @@ impl<'a> DeviceEvaluator<'a> {
                 split.len()
             )));
         }
-        self.prepare(&split)?;
+        self.prepare(&split, 1)?;
         // The decisions of bar t live at t - split.start, the layout `decide` leaves.
         self.ctx.write(&mut self.given, targets)?;
-        self.book(&split, capital, true)
+        Ok(self.book(&split, capital, true, 1)?.remove(0))
     }
 
     fn check_split(&self, split: &Range<usize>) -> Result<(), MemoryError> {
@@ -520,15 +632,35 @@ impl<'a> DeviceEvaluator<'a> {
         Ok(())
     }
 
-    /// The split's sessions and chunks on the device (kept while the split and chunk size stay).
-    fn prepare(&mut self, split: &Range<usize>) -> Result<(), MemoryError> {
+    /// The split's sessions and chunks on the device (kept while the split and chunk size stay),
+    /// and room for `members` evaluations of it.
+    fn prepare(&mut self, split: &Range<usize>, members: usize) -> Result<(), MemoryError> {
         if self
             .tables
             .as_ref()
-            .is_some_and(|t| t.split == *split && t.chunk_bars == self.chunk_bars)
+            .is_none_or(|t| t.split != *split || t.chunk_bars != self.chunk_bars)
         {
-            return Ok(());
+            self.make_tables(split)?;
         }
+        let t = self.tables.as_ref().expect("made above");
+        let (ctx, n) = (&self.ctx, split.len() * members);
+        let (chunks, sessions) = (t.chunks as usize * members, t.sessions as usize * members);
+        for b in [
+            &mut self.flat,
+            &mut self.targets,
+            &mut self.w_target,
+            &mut self.w_pos,
+        ] {
+            fit(ctx, b, n)?;
+        }
+        fit(ctx, &mut self.w_entry, n)?;
+        fit(ctx, &mut self.w_end_pos, chunks)?;
+        fit(ctx, &mut self.w_end_entry, chunks)?;
+        self.book.fit(ctx, n, sessions, members)
+    }
+
+    /// The split's session and chunk tables, written to the device.
+    fn make_tables(&mut self, split: &Range<usize>) -> Result<(), MemoryError> {
         // Sessions cut by the split's edges keep the part inside.
         let mut starts = vec![split.start as u32];
         starts.extend(
@@ -550,18 +682,11 @@ impl<'a> DeviceEvaluator<'a> {
                 t = u;
             }
         }
-        let (ctx, n) = (&self.ctx, split.len());
-        for b in [&mut self.flat, &mut self.targets, &mut self.given] {
-            fit(ctx, b, n)?;
-        }
-        fit(ctx, &mut self.w_target, n)?;
-        fit(ctx, &mut self.w_pos, n)?;
-        fit(ctx, &mut self.w_entry, n)?;
+        let ctx = &self.ctx;
+        fit(ctx, &mut self.given, split.len())?;
         for b in [&mut self.chunk_start, &mut self.chunk_end] {
             fit(ctx, b, c_start.len())?;
         }
-        fit(ctx, &mut self.w_end_pos, c_start.len())?;
-        fit(ctx, &mut self.w_end_entry, c_start.len())?;
         for b in [
             &mut self.sess_start,
             &mut self.sess_end,
@@ -569,7 +694,6 @@ impl<'a> DeviceEvaluator<'a> {
         ] {
             fit(ctx, b, starts.len())?;
         }
-        self.book.fit(ctx, n, starts.len())?;
         self.ctx.write(&mut self.sess_start, &starts)?;
         self.ctx.write(&mut self.sess_end, &ends)?;
         self.ctx.write(&mut self.sess_chunk, &first_chunk)?;
@@ -586,9 +710,9 @@ impl<'a> DeviceEvaluator<'a> {
 
     /// Blocks of `warps_wanted` warps at most, with the parameters in shared memory when they
     /// fit beside the warps' scratch.
-    fn layout(&self, net: &NetOnDevice<'_>, warps_wanted: u32) -> Result<Layout, MemoryError> {
+    fn layout(&self, net: &MemberNet, warps_wanted: u32) -> Result<Layout, MemoryError> {
         let scratch = 4 * (ROWS * net.obs_dim + 2 * ROWS * net.max_width + 3 * ROWS) as u64;
-        let params = 4 * (net.params.len() as u64).next_multiple_of(4);
+        let params = 4 * (net.n_params as u64).next_multiple_of(4);
         let max = u64::from(self.shared_max);
         let warps_wanted = u64::from(warps_wanted.clamp(1, THREADS_MAX / 32));
         let fit = |base: u64| (max.saturating_sub(base) / scratch).min(warps_wanted);
@@ -610,8 +734,19 @@ impl<'a> DeviceEvaluator<'a> {
     }
 
     /// Decides every bar of `split` into `targets` (queued).
-    fn decide(&mut self, net: &NetOnDevice<'_>, split: &Range<usize>) -> Result<(), MemoryError> {
+    fn decide(&mut self, nets: &[MemberNet], split: &Range<usize>) -> Result<(), MemoryError> {
         self.check_split(split)?;
+        let Some(net) = nets.first() else {
+            return Err(MemoryError::Config("an evaluation of no network".into()));
+        };
+        if let Some(other) = nets.iter().find(|m| m.shape() != net.shape()) {
+            return Err(MemoryError::Config(format!(
+                "networks of one evaluation differ in shape: {:?} and {:?} (parameters, inputs, \
+                 widest row, first layer)",
+                net.shape(),
+                other.shape()
+            )));
+        }
         let w = self.window;
         let dim = self.env.obs_dim(w.cols);
         if net.obs_dim != dim {
@@ -620,7 +755,19 @@ impl<'a> DeviceEvaluator<'a> {
                 net.obs_dim
             )));
         }
-        self.prepare(split)?;
+        let rows = nets.len() as u32;
+        self.prepare(split, nets.len())?;
+        // One network: its own buffers (no table); several: a row of blocks each, its
+        // addresses from the member table.
+        let table = match rows {
+            1 => None,
+            _ => {
+                let words: Vec<u64> = nets.iter().flat_map(|m| [m.params, m.layout]).collect();
+                fit(&self.ctx, &mut self.members, words.len())?;
+                self.ctx.write(&mut self.members, &words)?;
+                Some(&self.members)
+            }
+        };
         let t = self.tables.as_ref().expect("prepared");
         let (sessions, chunks) = (t.sessions, t.chunks);
         let scalars = Scalars {
@@ -629,7 +776,7 @@ impl<'a> DeviceEvaluator<'a> {
             max_position: i32::from(self.env.max_position),
             upnl_scale: self.env.upnl_scale,
             tick_size: self.exec.tick_size,
-            n_params: net.params.len() as u32,
+            n_params: net.n_params as u32,
             max_width: net.max_width as u32,
             split_start: split.start as u32,
             split_end: split.end as u32,
@@ -643,7 +790,7 @@ impl<'a> DeviceEvaluator<'a> {
             fit(
                 &self.ctx,
                 &mut self.first_sums,
-                split.len() * net.first_width,
+                split.len() * net.first_width * nets.len(),
             )?;
         }
         if let Some(m) = self.marks.as_mut() {
@@ -653,29 +800,42 @@ impl<'a> DeviceEvaluator<'a> {
         // The flat decisions: warps over the whole device, R bars at a time.
         let lf = self.layout(net, 16)?;
         let groups = split.len().div_ceil(ROWS) as u64;
+        // The device's share of each member (the warps stride over its bars).
         let blocks = (groups.div_ceil(u64::from(lf.warps)) as u32).min(
-            self.sms
+            (self.sms
                 * self
                     .k
                     .flat
                     .blocks_per_sm(lf.warps * 32, lf.shared_bytes)?
-                    .max(1),
+                    .max(1)
+                / rows)
+                .max(1),
         );
-        let l = params(self.ctx.launch(&self.k.flat), w, s, net, &lf.params_shared)
-            .value(&s.split_start)
-            .value(&s.split_end)
-            .output(&mut self.flat)
-            .output(&mut self.first_sums)
-            .value(&first_on);
+        let l = params(
+            self.ctx.launch(&self.k.flat),
+            w,
+            s,
+            net,
+            &lf.params_shared,
+            table,
+        )
+        .value(&s.split_start)
+        .value(&s.split_end)
+        .output(&mut self.flat)
+        .output(&mut self.first_sums)
+        .value(&first_on);
         // SAFETY: eval_flat(EVAL_PARAMS, split_start, split_end, flat_target, first_sums,
         // first_on) in kernels/eval.cu; the market buffers hold the window's rows and the split
-        // lies inside them (checked); the layout words describe `params` (made together by
-        // foxhunt-dqn), whose first hidden layer has first_width units; first_sums holds that
-        // many floats a bar of the split when first_on (fitted above) and is not read
-        // otherwise; every warp writes flat[t - split_start] (and its first sums) of its own
-        // bars only, inside the split; the dynamic shared memory holds the parameters when
+        // lies inside them (checked); each network's layout words describe its parameters (made
+        // together by foxhunt-dqn; the caller keeps them alive and unwritten until the
+        // evaluation has run), whose first hidden layer has first_width units, every network of
+        // this shape (checked); the member table, given for several, holds each row's two
+        // addresses; first_sums holds that many floats a bar of the split for every row when
+        // first_on (fitted above) and is not read otherwise; every warp writes flat[t -
+        // split_start] (and its first sums) of its own bars only, inside its row's part of
+        // the split's rows (`prepare`); the dynamic shared memory holds the parameters when
         // params_shared and each warp's scratch (`layout`).
-        unsafe { l.run(grid(blocks, &lf)) }?;
+        unsafe { l.run_rows(grid(blocks, &lf), rows) }?;
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
         }
@@ -689,6 +849,7 @@ impl<'a> DeviceEvaluator<'a> {
             s,
             net,
             &lc.params_shared,
+            table,
         )
         .value(&s.split_start)
         .value(&s.split_end)
@@ -714,17 +875,19 @@ impl<'a> DeviceEvaluator<'a> {
         // chunk, whose bars lie in one session of the split (`prepare`), writing the walk's
         // arrays at its own bars and its own chunk's end state; flat holds the split's flat
         // decisions (queued before on this stream); the dynamic shared memory holds the
-        // parameters when params_shared and the block's scratch for rows_max rows.
-        unsafe { l.run(lc.grid(chunks)) }?;
+        // parameters when params_shared and the block's scratch for rows_max rows. A row of
+        // blocks a network, each reading and writing its own part of those buffers (a split's
+        // bars, a chunk table's chunks each: `prepare`).
+        unsafe { l.run_rows(lc.grid(chunks), rows) }?;
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
         }
 
         // The true path, a team of blocks a session.
-        let (team, ls, blocks) = self.stitch_grid(net, sessions)?;
+        let (team, ls, blocks) = self.stitch_grid(net, sessions, rows)?;
         let first_rows = first_rows(team.rows);
         let per_team = 2 * team.team as usize * ls.rows as usize;
-        let teams = (blocks / team.team) as usize;
+        let teams = (blocks / team.team) as usize * nets.len();
         fit(&self.ctx, &mut self.team_act, teams * per_team)?;
         fit(&self.ctx, &mut self.team_bar, 2 * teams)?;
         let l = params(
@@ -733,6 +896,7 @@ impl<'a> DeviceEvaluator<'a> {
             s,
             net,
             &ls.params_shared,
+            table,
         )
         .value(&s.split_start)
         .value(&s.split_end)
@@ -753,24 +917,27 @@ impl<'a> DeviceEvaluator<'a> {
         .input(&self.w_end_pos)
         .input(&self.w_end_entry)
         .value(&sessions)
+        .value(&chunks)
         .value(&team.team)
         .value(&first_rows)
         .output(&mut self.team_act)
         .output(&mut self.team_bar)
         .output(&mut self.targets);
         // SAFETY: eval_stitch(WALK_PARAMS, sess_start, sess_end, sess_chunk, chunk_end,
-        // w_target, w_pos, w_entry, w_end_pos, w_end_entry, n_sessions, team_size, rows_min,
-        // team_act, team_bar, targets); `blocks` is a whole number of teams of team_size blocks, each
-        // taking whole sessions and writing targets of their rows only; the chunk table covers
-        // every session's rows in order (`prepare`); team_act holds 2 * team_size * rows_max
-        // actions and team_bar two words (zero or left by a finished barrier) for every team;
-        // the walks were queued before on this stream; shared memory as for eval_chunks. A
-        // team of several blocks waits at barriers for all of them: the cooperative launch
-        // makes every block resident at once, or fails.
+        // w_target, w_pos, w_entry, w_end_pos, w_end_entry, n_sessions, n_chunks, team_size,
+        // rows_min, team_act, team_bar, targets); `blocks` is a whole number of teams of
+        // team_size blocks, each taking whole sessions and writing targets of their rows only;
+        // the chunk table covers every session's rows in order (`prepare`); team_act holds 2 *
+        // team_size * rows_max actions and team_bar two words (zero or left by a finished
+        // barrier) for every team of every row; a row of blocks a network, its parts of the
+        // buffers (bars, chunks, teams) as for eval_chunks; the walks were queued before on
+        // this stream; shared memory as for eval_chunks. A team of several blocks waits at
+        // barriers for all of them: the cooperative launch makes every block of every row
+        // resident at once, or fails.
         if team.team > 1 {
-            unsafe { l.run_cooperative(ls.grid(blocks)) }?;
+            unsafe { l.run_cooperative_rows(ls.grid(blocks), rows) }?;
         } else {
-            unsafe { l.run(ls.grid(blocks)) }?;
+            unsafe { l.run_rows(ls.grid(blocks), rows) }?;
         }
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
@@ -778,12 +945,14 @@ impl<'a> DeviceEvaluator<'a> {
         Ok(())
     }
 
-    /// The stitch's teams, its blocks' layout and the blocks of its launch: with teams of
-    /// several blocks, as many teams as the device holds at once (up to one a session).
+    /// The stitch's teams, its blocks' layout and the blocks of its launch a row (of `rows`
+    /// networks): with teams of several blocks, as many teams as the device holds at once (up to
+    /// one a session).
     fn stitch_grid(
         &self,
-        net: &NetOnDevice<'_>,
+        net: &MemberNet,
         sessions: u32,
+        rows: u32,
     ) -> Result<(Stitch, BlockLayout, u32), MemoryError> {
         let full = self.block_layout(net, STITCH_THREADS, None, true)?;
         let resident = |l: &BlockLayout| -> Result<u32, MemoryError> {
@@ -796,14 +965,14 @@ impl<'a> DeviceEvaluator<'a> {
         };
         let mut team = match self.stitch {
             Some(t) => t,
-            None => Stitch::auto(sessions, resident(&full)?),
+            None => Stitch::auto(sessions * rows, resident(&full)?),
         };
         team.rows = team.rows.min(full.rows);
         let ls = self.block_layout(net, STITCH_THREADS, Some(team.rows), true)?;
         if team.team == 1 {
             return Ok((team, ls, sessions));
         }
-        let teams = (resident(&ls)? / team.team).min(sessions);
+        let teams = (resident(&ls)? / rows / team.team).min(sessions);
         if teams == 0 {
             return Err(MemoryError::Config(format!(
                 "a stitch team of {} blocks does not fit on the device",
@@ -818,7 +987,7 @@ impl<'a> DeviceEvaluator<'a> {
     /// memory when `params_shared` is wanted and they fit beside the scratch.
     fn block_layout(
         &self,
-        net: &NetOnDevice<'_>,
+        net: &MemberNet,
         threads: u32,
         rows: Option<u32>,
         params_shared: bool,
@@ -826,7 +995,7 @@ impl<'a> DeviceEvaluator<'a> {
         let rows = rows.map_or(2 * threads as usize / net.max_width, |r| r as usize);
         let rows = rows.clamp(1, EVAL_WALK_ROWS as usize);
         let scratch = 4 * rows as u64 * (net.obs_dim + 2 * net.max_width + 3) as u64;
-        let params = 4 * (net.params.len() as u64).next_multiple_of(4);
+        let params = 4 * (net.n_params as u64).next_multiple_of(4);
         let max = u64::from(self.shared_max);
         if scratch > max {
             return Err(MemoryError::Config(format!(
@@ -843,17 +1012,20 @@ impl<'a> DeviceEvaluator<'a> {
         })
     }
 
-    /// Books the decisions of `split` (the queued walk's, or those given) on the device and
-    /// reads the totals back.
+    /// Books the decisions of `split` (the queued walk's for each of `members` networks, or
+    /// those given for one) on the device and reads the totals back, a book a network.
     fn book(
         &mut self,
         split: &Range<usize>,
         capital: f64,
         given: bool,
-    ) -> Result<DeviceBook, MemoryError> {
+        members: usize,
+    ) -> Result<Vec<DeviceBook>, MemoryError> {
         let w = self.window;
         let sessions = self.tables.as_ref().expect("prepared").sessions;
         let (split_start, split_end) = (split.start as u32, split.end as u32);
+        let (n_bars, rows) = (split.len() as u32, members as u32);
+        debug_assert!(!given || members == 1, "given decisions are one network's");
         let max_position = i32::from(self.env.max_position);
         let x = &self.exec;
         let b = &mut self.book;
@@ -878,9 +1050,10 @@ impl<'a> DeviceEvaluator<'a> {
         // SAFETY: book_steps(open, close, session, contract, split_start, split_end,
         // max_position, multiplier, cost_per_side, slippage_price, targets, step_hold, step_bar,
         // step_cost, step_word); a thread per bar of the split (the rest return), each writing
-        // its own bar's entry; the targets and step buffers hold the split's bars (`prepare`),
-        // the market buffers the window's rows, and the split lies inside them (checked).
-        unsafe { l.run(Grid::cover(split.len(), 256)) }?;
+        // its own bar's entry of its row's part (a row a network); the targets and step buffers
+        // hold the split's bars for every row (`prepare`), the market buffers the window's
+        // rows, and the split lies inside them (checked).
+        unsafe { l.run_rows(Grid::cover(split.len(), 256), rows) }?;
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
         }
@@ -888,6 +1061,7 @@ impl<'a> DeviceEvaluator<'a> {
             .ctx
             .launch(&self.k.book_sessions)
             .value(&split_start)
+            .value(&n_bars)
             .value(&x.cost_per_side)
             .input(&self.sess_start)
             .input(&self.sess_end)
@@ -906,18 +1080,23 @@ impl<'a> DeviceEvaluator<'a> {
             .output(&mut b.pnl)
             .output(&mut b.seen)
             .output(&mut b.cost);
-        // SAFETY: book_sessions(split_start, cost_per_side, sess_start, sess_end, n_sessions,
-        // step_hold, step_bar, step_cost, step_word, daily, n_pnl, n_cost, n_trades, wins, bars,
-        // contracts, pnl_out, seen_out, cost_out); one warp per session, reading its own
-        // session's steps (book_steps, queued before) and writing its session's entries and,
-        // from its first row relative to the split, at most its own rows' count of steps;
-        // every buffer holds the split's bars or sessions (`prepare`).
+        // SAFETY: book_sessions(split_start, n_bars, cost_per_side, sess_start, sess_end,
+        // n_sessions, step_hold, step_bar, step_cost, step_word, daily, n_pnl, n_cost,
+        // n_trades, wins, bars, contracts, pnl_out, seen_out, cost_out); one warp per session,
+        // reading its own session's steps (book_steps, queued before) and writing its
+        // session's entries and, from its first row relative to the split, at most its own
+        // rows' count of steps; a row of blocks a network, in its own part of every buffer
+        // (n_bars bars, n_sessions sessions); every buffer holds the split's bars or sessions
+        // for every row (`prepare`).
         unsafe {
-            l.run(Grid {
-                blocks: sessions.div_ceil(BOOK_WARPS),
-                threads: BOOK_WARPS * 32,
-                shared_bytes: 0,
-            })
+            l.run_rows(
+                Grid {
+                    blocks: sessions.div_ceil(BOOK_WARPS),
+                    threads: BOOK_WARPS * 32,
+                    shared_bytes: 0,
+                },
+                rows,
+            )
         }?;
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
@@ -929,6 +1108,7 @@ impl<'a> DeviceEvaluator<'a> {
             .value(&sessions)
             .input(&self.sess_start)
             .value(&split_start)
+            .value(&n_bars)
             .input(&b.daily)
             .input(&b.n_pnl)
             .input(&b.n_cost)
@@ -948,29 +1128,35 @@ impl<'a> DeviceEvaluator<'a> {
             .output(&mut b.c)
             .output(&mut b.e)
             .output(&mut b.out);
-        // SAFETY: book_total(n_sessions, sess_start, split_start, daily, n_pnl, n_cost,
+        // SAFETY: book_total(n_sessions, sess_start, split_start, n_bars, daily, n_pnl, n_cost,
         // n_trades, wins, bars, contracts, pnl, seen, cost, capital, chain_only, off_pnl,
-        // off_cost, V, F, C, E, out); one block; the counts of book_sessions (queued before)
-        // place every session's steps inside the split's rows; out holds 8 + sessions values.
-        unsafe { l.run(Grid::block(1024)) }?;
+        // off_cost, V, F, C, E, out); a block a network (its row), in its own part of every
+        // buffer (n_bars bars, n_sessions sessions, 8 + n_sessions values of out); the counts of
+        // book_sessions (queued before) place every session's steps inside the split's rows;
+        // every buffer holds that for every row (`prepare`).
+        unsafe { l.run_rows(Grid::block(1024), rows) }?;
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
         }
-        let out = self.ctx.download_prefix(&b.out, 8 + sessions as usize)?;
+        let per = 8 + sessions as usize;
+        let out = self.ctx.download_prefix(&b.out, per * members)?;
         let bits = |v: f64| v.to_bits();
-        Ok(DeviceBook {
-            capital,
-            bars: split.len(),
-            total_costs: out[0],
-            max_drawdown: out[1],
-            max_drawdown_fraction: out[2],
-            trades: bits(out[3]),
-            winning_trades: bits(out[4]),
-            bars_held: bits(out[5]),
-            contracts_traded: bits(out[6]),
-            parallel_equity: out[7] == 1.0,
-            daily_pnl: out[8..].to_vec(),
-        })
+        Ok(out
+            .chunks(per)
+            .map(|out| DeviceBook {
+                capital,
+                bars: split.len(),
+                total_costs: out[0],
+                max_drawdown: out[1],
+                max_drawdown_fraction: out[2],
+                trades: bits(out[3]),
+                winning_trades: bits(out[4]),
+                bars_held: bits(out[5]),
+                contracts_traded: bits(out[6]),
+                parallel_equity: out[7] == 1.0,
+                daily_pnl: out[8..].to_vec(),
+            })
+            .collect())
     }
 }
 
@@ -1003,10 +1189,14 @@ fn params<'l>(
     l: Launch<'l>,
     w: &'l DeviceWindow,
     s: &'l Scalars,
-    net: &'l NetOnDevice<'_>,
+    net: &'l MemberNet,
     params_shared: &'l u32,
+    members: Option<&'l DeviceBuffer<u64>>,
 ) -> Launch<'l> {
-    l.input(&w.features)
+    /// No member table: the kernels read the network given.
+    const NO_TABLE: u64 = 0;
+    let l = l
+        .input(&w.features)
         .input(&w.open)
         .input(&w.close)
         .input(&w.session)
@@ -1016,11 +1206,15 @@ fn params<'l>(
         .value(&s.max_position)
         .value(&s.upnl_scale)
         .value(&s.tick_size)
-        .input(net.params)
-        .input(net.layout)
+        .value(&net.params)
+        .value(&net.layout)
         .value(&s.n_params)
         .value(params_shared)
-        .value(&s.max_width)
+        .value(&s.max_width);
+    match members {
+        Some(table) => l.input(table),
+        None => l.value(&NO_TABLE),
+    }
 }
 
 #[cfg(test)]

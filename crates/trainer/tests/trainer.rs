@@ -760,6 +760,23 @@ fn without_the_cuda_feature_asking_for_cuda_says_so() {
     );
 }
 
+/// The GPU, the bundled ES bars and ES's contract, where GPU tests run (`None`: they do not).
+#[cfg(feature = "cuda")]
+fn es_on_the_gpu() -> Option<(
+    std::sync::Arc<foxhunt_gpu::GpuContext>,
+    foxhunt_env::MarketData,
+    foxhunt_env::ContractSpec,
+)> {
+    if !foxhunt_testkit::gpu_tests() {
+        return None;
+    }
+    Some((
+        foxhunt_gpu::GpuContext::new(0).expect("a GPU"),
+        foxhunt_testkit::es_market(foxhunt_testkit::es_real_rows()),
+        SpecTable::default().get("ES").expect("ES").clone(),
+    ))
+}
+
 /// On a GPU: the device's greedy evaluation decides exactly what the host decides at every bar
 /// (and so books the same metrics), for untrained, trained, layer-norm + dueling and near-tie
 /// networks, under several environment settings and costs, on the bundled real bars.
@@ -772,13 +789,10 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
     use foxhunt_env::{Costs, EnvConfig, Execution};
     use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, WindowData};
     use foxhunt_trainer::eval::{BarByBar, book, host_targets};
-    if !foxhunt_testkit::gpu_tests() {
+    let Some((ctx, market, spec)) = es_on_the_gpu() else {
         return;
-    }
-    let ctx = foxhunt_gpu::GpuContext::new(0).expect("a GPU");
-    let market = foxhunt_testkit::es_market(foxhunt_testkit::es_real_rows());
+    };
     let n = market.rows();
-    let spec = SpecTable::default().get("ES").expect("ES").clone();
     let train = |cfg: &AgentConfig, updates: usize| {
         let dev = Default::default();
         let mut a = DqnAgent::<CpuBackend>::new(cfg.clone(), &dev).expect("valid");
@@ -961,6 +975,160 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
     eprintln!("device greedy evaluation equals the host's in {compared} cases");
 }
 
+/// On a GPU: networks judged together (a population's validations, a row of blocks each) decide
+/// and book exactly what each decides and books alone, with the stitch's teams chosen for the
+/// population or set (several blocks a session, a cooperative launch of every row), and the same
+/// network twice; networks of different shapes are refused.
+#[cfg(feature = "cuda")]
+#[test]
+fn on_the_gpu_networks_judged_together_equal_each_judged_alone() {
+    use foxhunt_dqn::fused::layout_words;
+    use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
+    use foxhunt_env::{Costs, EnvConfig, Execution};
+    use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, Stitch, WindowData};
+    let Some((ctx, market, spec)) = es_on_the_gpu() else {
+        return;
+    };
+    let n = market.rows();
+    let env = EnvConfig {
+        lookback: 3,
+        max_position: 2,
+        ..EnvConfig::default()
+    };
+    let exec = Execution::new(&spec, Costs::default());
+    let mut pool = DevicePool::new(&ctx);
+    let arena = pool
+        .window(&WindowData {
+            market: market.clone(),
+            exec,
+        })
+        .expect("upload");
+    let mut ev = DeviceEvaluator::new(&arena, &env, market.session()).expect("evaluator");
+    let agent_cfg = |seed: u64, hidden: Vec<usize>| {
+        let dqn = DqnConfig {
+            hidden,
+            ..DqnConfig::default()
+        };
+        AgentConfig::new(env.obs_dim(market.cols()), env.actions(), seed, dqn)
+    };
+    // Differently seeded networks of one shape; near ties in one; the first again at the end.
+    let cfg = agent_cfg(1, vec![64, 32]);
+    let (words, max_width) = layout_words(&cfg);
+    let mut params: Vec<Vec<f32>> = (0..5u64)
+        .map(|seed| {
+            DqnAgent::<CpuBackend>::new(agent_cfg(seed, vec![64, 32]), &Default::default())
+                .expect("valid")
+                .export_state()
+                .online
+        })
+        .collect();
+    let head = params[2].len() - (32 + 1) * env.actions();
+    for v in &mut params[2][head..] {
+        *v *= 1e-6;
+    }
+    params.push(params[0].clone());
+    let layouts: Vec<_> = params
+        .iter()
+        .map(|_| ctx.upload(&words).expect("layout"))
+        .collect();
+    let uploaded: Vec<_> = params
+        .iter()
+        .map(|p| ctx.upload(p).expect("params"))
+        .collect();
+    let nets: Vec<NetOnDevice<'_>> = uploaded
+        .iter()
+        .zip(&layouts)
+        .map(|(p, l)| NetOnDevice {
+            params: p,
+            layout: l,
+            obs_dim: cfg.obs_dim,
+            max_width,
+            first_width: cfg.first_width(),
+        })
+        .collect();
+    let capital = TrainConfig::default().capital;
+    let mut compared = 0;
+    for split in [0..n / 3, 17..n - 5] {
+        let alone_targets: Vec<Vec<i8>> = nets
+            .iter()
+            .map(|net| ev.targets(net, split.clone()).expect("alone"))
+            .collect();
+        let alone: Vec<String> = nets
+            .iter()
+            .map(|net| {
+                format!(
+                    "{:?}",
+                    ev.judge(net, split.clone(), capital).expect("alone")
+                )
+            })
+            .collect();
+        assert_ne!(
+            alone[0], alone[1],
+            "differently seeded networks trade differently"
+        );
+        assert_eq!(alone[0], alone[5]);
+        for stitch in [
+            None,
+            Some(Stitch { team: 1, rows: 8 }),
+            Some(Stitch { team: 2, rows: 5 }),
+        ] {
+            ev.set_stitch(stitch).expect("stitch");
+            for k in [1, 2, nets.len()] {
+                let together = ev.targets_all(&nets[..k], split.clone()).expect("together");
+                assert_eq!(
+                    together,
+                    alone_targets[..k],
+                    "{split:?} {stitch:?}: {k} networks' decisions"
+                );
+                let judged = ev
+                    .judge_all(&nets[..k], split.clone(), capital)
+                    .expect("together");
+                let judged: Vec<String> = judged.iter().map(|m| format!("{m:?}")).collect();
+                assert_eq!(
+                    judged,
+                    alone[..k],
+                    "{split:?} {stitch:?}: {k} networks' metrics"
+                );
+                compared += 1;
+            }
+        }
+        ev.set_stitch(None).expect("stitch");
+        // Alone again after judging together: the buffers grown for the population change
+        // nothing.
+        assert_eq!(
+            format!(
+                "{:?}",
+                ev.judge(&nets[1], split.clone(), capital).expect("alone")
+            ),
+            alone[1]
+        );
+    }
+    assert_eq!(compared, 18);
+    // Networks of different shapes cannot share an evaluation.
+    let other = agent_cfg(9, vec![48]);
+    let (other_words, other_width) = layout_words(&other);
+    let other_layout = ctx.upload(&other_words).expect("layout");
+    let other_params = ctx
+        .upload(
+            &DqnAgent::<CpuBackend>::new(other.clone(), &Default::default())
+                .expect("valid")
+                .export_state()
+                .online,
+        )
+        .expect("params");
+    let odd = NetOnDevice {
+        params: &other_params,
+        layout: &other_layout,
+        obs_dim: other.obs_dim,
+        max_width: other_width,
+        first_width: other.first_width(),
+    };
+    let e = ev
+        .judge_all(&[nets[0], odd], 0..n / 3, capital)
+        .expect_err("shapes differ");
+    assert!(e.to_string().contains("differ in shape"), "{e}");
+}
+
 /// On a GPU: decisions booked on the device give the host backtest's metrics to the bit, for
 /// decisions of every kind (random, sparse, held for long, flipping, at the position limit),
 /// with costs whose sums are exact in any order (the equity summed in parallel) and costs that
@@ -971,13 +1139,10 @@ fn on_the_gpu_booking_equals_the_host_backtest() {
     use foxhunt_env::{Costs, EnvConfig, Execution};
     use foxhunt_memory::{DeviceEvaluator, DevicePool, WindowData};
     use foxhunt_trainer::eval::book;
-    if !foxhunt_testkit::gpu_tests() {
+    let Some((ctx, market, spec)) = es_on_the_gpu() else {
         return;
-    }
-    let ctx = foxhunt_gpu::GpuContext::new(0).expect("a GPU");
-    let market = foxhunt_testkit::es_market(foxhunt_testkit::es_real_rows());
+    };
     let n = market.rows();
-    let spec = SpecTable::default().get("ES").expect("ES").clone();
     let mut parallel = [0, 0];
     let mut compared = 0;
     for (max_position, costs) in [
