@@ -878,8 +878,9 @@ enum Place<'a, 'g> {
     Gpu {
         arena: Option<&'a foxhunt_memory::GpuArena<'g>>,
         ctx: Gpu,
-        /// For a member of a population: where its one-launch epochs meet the others'.
-        meeting: Option<&'a foxhunt_memory::EpochMeeting>,
+        /// For a member of a population: where its one-launch epochs (and its validations)
+        /// meet the others'.
+        meeting: Option<&'a foxhunt_memory::EpochMeeting<'a>>,
     },
     #[cfg(not(feature = "cuda"))]
     #[allow(dead_code)]
@@ -1096,12 +1097,30 @@ impl WindowCtx<'_> {
             let next = AtomicUsize::new(0);
             let slots = Mutex::new(&mut done);
             // On a GPU, members that each have a thread meet at every one-launch epoch, so that
-            // the epochs of all of them are one launch. With more members than threads they
-            // train apart, each its own launches: a meeting needs every member on a thread of
-            // its own, and measured, 64 members on 64 threads of a 16-core host, meeting, were
-            // slower than on 16 threads apart (docs/PERFORMANCE.md).
+            // the epochs of all of them are one launch, and at every validation, judged together
+            // in one evaluation (where the device decides exactly: the window's environment).
+            // With more members than threads they train apart, each its own launches: a
+            // meeting needs every member on a thread of its own, and measured, 64 members on 64
+            // threads of a 16-core host, meeting, were slower than on 16 threads apart
+            // (docs/PERFORMANCE.md).
             #[cfg(feature = "cuda")]
-            let meeting = foxhunt_memory::EpochMeeting::new();
+            let meeting = match place {
+                Place::Gpu {
+                    arena: Some(on_device),
+                    ctx,
+                    ..
+                } if foxhunt_memory::unsupported_env(&cfg.env).is_none() => {
+                    foxhunt_memory::EpochMeeting::with_evaluator(
+                        foxhunt_memory::DeviceEvaluator::new(
+                            on_device.on(ctx),
+                            &cfg.env,
+                            arena.market().session(),
+                        )
+                        .map_err(TrainError::from)?,
+                    )
+                }
+                _ => foxhunt_memory::EpochMeeting::new(),
+            };
             #[cfg(feature = "cuda")]
             let meet = (threads == self.members.len()).then_some(&meeting);
             // A place per thread: on a GPU a worker's stream each, the window's arena shared.
@@ -1148,16 +1167,31 @@ impl WindowCtx<'_> {
                     });
                 }
             });
+            // The members' engines were freed on the workers' streams; their blocks go back to
+            // the driver before the next window's members allocate on new streams.
+            #[cfg(feature = "cuda")]
+            if let Place::Gpu { ctx, .. } = place
+                && let Err(e) = ctx.release_unused_memory()
+            {
+                tracing::warn!("window {}: releasing unused device memory: {e}", w.index);
+            }
             #[cfg(feature = "cuda")]
             {
-                let rounds = meeting.rounds();
-                if let (Some(lo), Some(hi)) = (rounds.iter().min(), rounds.iter().max()) {
-                    tracing::info!(
-                        "window {}: the members' one-launch epochs met in {} launches ({lo} to {hi} members each)",
-                        w.index,
-                        rounds.len()
-                    );
-                }
+                let what = format!("window {}: the members'", w.index);
+                log_rounds(
+                    &what,
+                    "one-launch epochs",
+                    "launches",
+                    "members",
+                    &meeting.rounds(),
+                );
+                log_rounds(
+                    &what,
+                    "validations",
+                    "evaluations",
+                    "networks",
+                    &meeting.judge_rounds(),
+                );
             }
         }
         let mut members = Vec::with_capacity(done.len());
@@ -1611,15 +1645,43 @@ impl WindowCtx<'_> {
     }
 }
 
-/// Threads a window's population trains on: one per core, at most one per member; on a GPU
-/// one when a member uses burn-cuda (prioritized replay), which is kept to one thread.
+/// Threads a window's population trains on: one per core (or `FOXHUNT_MEMBER_THREADS`), at most
+/// one per member; on a GPU one when a member uses burn-cuda (prioritized replay), which is kept
+/// to one thread.
 fn member_threads(members: &[Member], device: Resolved) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = match std::env::var(MEMBER_THREADS) {
+        Err(_) => cores,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                tracing::warn!(
+                    "{MEMBER_THREADS}={v:?} is not a positive number of threads; using {cores} (the cores)"
+                );
+                cores
+            }
+        },
+    };
     match device {
         Resolved::Cuda if members.iter().any(|m| m.cfg.dqn.prioritized.is_some()) => 1,
         _ => cores.min(members.len()),
     }
 }
+
+/// Logs how a window's meeting went: `rounds` (the members in each) of `what`.
+#[cfg(feature = "cuda")]
+fn log_rounds(whose: &str, what: &str, rounds_are: &str, members_are: &str, rounds: &[usize]) {
+    if let (Some(lo), Some(hi)) = (rounds.iter().min(), rounds.iter().max()) {
+        tracing::info!(
+            "{whose} {what} met in {} {rounds_are} ({lo} to {hi} {members_are} each)",
+            rounds.len()
+        );
+    }
+}
+
+/// The environment variable that sets a population's threads (more than the cores lets every
+/// member of a larger GPU population meet the others).
+const MEMBER_THREADS: &str = "FOXHUNT_MEMBER_THREADS";
 
 fn epoch_seed(seed: u64, window: usize, epoch: usize) -> u64 {
     mix64(seed ^ mix64(((window as u64) << 32) | epoch as u64))

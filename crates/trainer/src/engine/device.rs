@@ -65,7 +65,7 @@ pub(crate) struct DeviceEngine<'a, 'p> {
     one_launch: Option<OneLaunch>,
     /// Its seat at the population's meeting point, where this engine is a member of one whose
     /// members' epochs launch together.
-    seat: Option<Seat<'a>>,
+    seat: Option<Seat<'a, 'a>>,
     /// Whether `fused` has learned since `agent` last took its weights.
     agent_behind: bool,
 }
@@ -104,7 +104,7 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
         max_updates: usize,
         session: &[u32],
         step_loop: StepLoop,
-        meeting: Option<&'a EpochMeeting>,
+        meeting: Option<&'a EpochMeeting<'a>>,
     ) -> Result<Self, TrainError> {
         let ctx = ctx.clone();
         let dqn = agent.config().clone();
@@ -160,6 +160,22 @@ impl<'a, 'p> DeviceEngine<'a, 'p> {
             one_launch,
             agent_behind: false,
         })
+    }
+}
+
+/// Parameters `params` of the fused engine's network as the device's evaluation reads them.
+fn net_on_device<'b>(
+    params: &'b DeviceBuffer<f32>,
+    fused: &'b FusedDqn,
+    cfg: &AgentConfig,
+    max_width: usize,
+) -> NetOnDevice<'b> {
+    NetOnDevice {
+        params,
+        layout: fused.layout_words(),
+        obs_dim: cfg.obs_dim,
+        max_width,
+        first_width: cfg.first_width(),
     }
 }
 
@@ -236,14 +252,32 @@ impl<'a> DeviceEngine<'a, '_> {
                 &*kept
             }
         };
-        let net = NetOnDevice {
-            params,
-            layout: self.fused.layout_words(),
-            obs_dim: self.agent.config().obs_dim,
-            max_width: *max_width,
-            first_width: self.agent.config().first_width(),
-        };
+        let net = net_on_device(params, &self.fused, self.agent.config(), *max_width);
         Ok(Some((evaluator, net)))
+    }
+
+    /// Judges the online network over `split` at the population's meeting, where this engine
+    /// has a seat whose meeting judges networks in its environment (`None`: it judges alone).
+    fn judge_at_meeting(
+        &self,
+        split: &Range<usize>,
+        capital: f64,
+    ) -> Result<Option<Metrics>, TrainError> {
+        let (Some(seat), Some(eval)) = (self.seat.as_ref(), self.eval.as_ref()) else {
+            return Ok(None);
+        };
+        if !seat.judges(&self.env) {
+            return Ok(None);
+        }
+        let params = self.fused.online_params();
+        let net = net_on_device(params, &self.fused, self.agent.config(), eval.max_width);
+        Ok(Some(seat.judge(
+            &self.ctx,
+            &self.env,
+            &net,
+            split.clone(),
+            capital,
+        )?))
     }
     /// The one-launch epoch's plan of `plan`'s steps: what the eager loop decides step by step,
     /// decided ahead (the exploration rate before the step is counted, the learning gate on
@@ -483,6 +517,12 @@ impl Engine for DeviceEngine<'_, '_> {
         split: Range<usize>,
         capital: f64,
     ) -> Result<Metrics, TrainError> {
+        // A population's validation, judged with the other members' where they meet.
+        if let Judged::Current = which
+            && let Some(m) = self.judge_at_meeting(&split, capital)?
+        {
+            return Ok(m);
+        }
         match self.device_eval(which)? {
             Some((e, net)) => Ok(e.judge(&net, split, capital)?),
             None => {

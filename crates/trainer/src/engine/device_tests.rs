@@ -15,11 +15,13 @@ use foxhunt_dqn::replay::HostBatch;
 use foxhunt_dqn::{AgentConfig, AgentState, Batch, CpuBackend, DqnAgent, DqnConfig};
 use foxhunt_env::{EnvConfig, Execution, MarketData};
 use foxhunt_gpu::{DeviceBatch, GpuContext, HostBatchParts};
-use foxhunt_memory::{DevicePool, EpochMeeting, EpochPopulation, GpuArena, WindowData};
+use foxhunt_memory::{
+    DeviceEvaluator, DevicePool, EpochMeeting, EpochPopulation, GpuArena, WindowData,
+};
 
 use super::{DeviceEngine, launch_together};
 use crate::StepLoop;
-use crate::engine::{Engine, EpochPlan};
+use crate::engine::{Engine, EpochPlan, EvalData, Judged};
 use crate::phase::PhaseClock;
 
 fn gpu() -> Option<Arc<GpuContext>> {
@@ -86,7 +88,7 @@ fn engine_on<'a, 'p>(
     n_env: usize,
     step_loop: StepLoop,
     explore_seed: u64,
-    meeting: Option<&'a EpochMeeting>,
+    meeting: Option<&'a EpochMeeting<'a>>,
 ) -> DeviceEngine<'a, 'p> {
     let mut agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default()).expect("agent");
     agent.import_state(state);
@@ -449,6 +451,19 @@ fn members_of_one_launch_equal_their_agents_alone() {
             })
             .collect();
         let p = plan(0, 40, cfgs[0].batch_size.max(n_env * 8));
+        // The validation after the epoch: the last fifth of the window.
+        let data = EvalData {
+            market: &m,
+            exec: &x,
+            env: &env,
+        };
+        let val = m.rows() * 4 / 5..m.rows();
+        let judge = |e: &mut DeviceEngine<'_, '_>| {
+            let metrics = e
+                .judge(Judged::Current, &data, val.clone(), 1e5)
+                .expect("judged");
+            format!("{metrics:?}")
+        };
         let make = |k: usize| {
             let mut e = engine_exploring(
                 &arena,
@@ -462,14 +477,15 @@ fn members_of_one_launch_equal_their_agents_alone() {
             e.begin_epoch(7 + keys[k]).expect("begin");
             e
         };
-        let alone: Vec<_> = (0..keys.len())
+        let (alone, alone_judged): (Vec<_>, Vec<_>) = (0..keys.len())
             .map(|k| {
                 let mut e = make(k);
                 let learned = e.run_steps(&p, &mut clock()).expect("steps");
                 assert!(!learned.is_empty(), "the epoch learns");
-                epoch_result(&mut e)
+                let judged = judge(&mut e);
+                (epoch_result(&mut e), judged)
             })
-            .collect();
+            .unzip();
         let slots = {
             let e = make(0);
             e.one_launch.as_ref().expect("one launch").kernel.blocks()
@@ -499,15 +515,18 @@ fn members_of_one_launch_equal_their_agents_alone() {
             }
         }
         // Members on threads and streams of their own, seated at one meeting point before any
-        // arrives: their epochs meet in one launch, and each ends as alone.
+        // arrives: their epochs meet in one launch and their validations in one evaluation,
+        // and each ends, and is judged, as alone.
         ctx.synchronize().expect("the upload is done");
-        let meeting = EpochMeeting::new();
+        let meeting = EpochMeeting::with_evaluator(
+            DeviceEvaluator::new(&arena, &env, m.session()).expect("evaluator"),
+        );
         let seated = std::sync::Barrier::new(keys.len());
-        let met: Vec<EpochResult> = std::thread::scope(|scope| {
+        let met: Vec<(EpochResult, String)> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..keys.len())
                 .map(|k| {
                     let (arena, m, cfgs, states) = (&arena, &m, &cfgs, &states);
-                    let (meeting, seated, p) = (&meeting, &seated, &p);
+                    let (meeting, seated, p, judge) = (&meeting, &seated, &p, &judge);
                     scope.spawn(move || {
                         let worker = arena.context().worker().expect("a worker's stream");
                         let mut e = engine_on(
@@ -524,10 +543,11 @@ fn members_of_one_launch_equal_their_agents_alone() {
                         e.begin_epoch(7 + keys[k]).expect("begin");
                         seated.wait();
                         e.run_steps(p, &mut clock()).expect("steps");
+                        let judged = judge(&mut e);
                         let r = epoch_result(&mut e);
                         drop(e);
                         worker.synchronize().expect("the worker's work is done");
-                        r
+                        (r, judged)
                     })
                 })
                 .collect();
@@ -541,7 +561,16 @@ fn members_of_one_launch_equal_their_agents_alone() {
             vec![keys.len()],
             "one launch for every member"
         );
-        for (k, got) in met.iter().enumerate() {
+        assert_eq!(
+            meeting.judge_rounds(),
+            vec![keys.len()],
+            "one evaluation for every member"
+        );
+        for (k, (got, judged)) in met.iter().enumerate() {
+            assert_eq!(
+                *judged, alone_judged[k],
+                "member {k} on its thread: validation"
+            );
             assert_eq!(
                 got.0, alone[k].0,
                 "member {k} on its thread: environments, ring, batch"
