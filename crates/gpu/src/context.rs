@@ -349,31 +349,6 @@ impl GpuContext {
             .map_err(GpuError::driver("waiting for the device"))
     }
 
-    /// Waits for the work of every stream on the device, then hands back to the driver the
-    /// memory the device's default pool holds unused. Buffers are freed into that pool on the
-    /// stream that used them (cudarc frees stream-ordered); after a window whose many workers'
-    /// streams freed thousands of buffers, the next window's allocations on new streams would
-    /// otherwise search those blocks (docs/PERFORMANCE.md measures it).
-    pub fn release_unused_memory(&self) -> Result<(), GpuError> {
-        self.ctx
-            .synchronize()
-            .map_err(GpuError::driver("waiting for the device"))?;
-        self.ctx
-            .bind_to_thread()
-            .map_err(GpuError::driver("binding the context"))?;
-        let mut pool: cudarc::driver::sys::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: the context is bound to this thread (above) and its device is valid while
-        // the context lives; `pool` is a valid place for the handle.
-        unsafe { cudarc::driver::sys::cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device()) }
-            .result()
-            .map_err(GpuError::driver("reading the device's memory pool"))?;
-        // SAFETY: `pool` is the device's default pool, just read; trimming frees only memory no
-        // allocation holds, after the device is idle (above).
-        unsafe { cudarc::driver::sys::cuMemPoolTrimTo(pool, 0) }
-            .result()
-            .map_err(GpuError::driver("trimming the device's memory pool"))
-    }
-
     /// Timestamps on this context's stream.
     pub fn marks(&self) -> EventMarks {
         EventMarks::new(self.stream.clone())

@@ -1167,14 +1167,6 @@ impl WindowCtx<'_> {
                     });
                 }
             });
-            // The members' engines were freed on the workers' streams; their blocks go back to
-            // the driver before the next window's members allocate on new streams.
-            #[cfg(feature = "cuda")]
-            if let Place::Gpu { ctx, .. } = place
-                && let Err(e) = ctx.release_unused_memory()
-            {
-                tracing::warn!("window {}: releasing unused device memory: {e}", w.index);
-            }
             #[cfg(feature = "cuda")]
             {
                 let what = format!("window {}: the members'", w.index);
