@@ -1104,12 +1104,14 @@ impl WindowCtx<'_> {
             // threads of a 16-core host, meeting, were slower than on 16 threads apart
             // (docs/PERFORMANCE.md).
             #[cfg(feature = "cuda")]
+            let meets = threads == self.members.len();
+            #[cfg(feature = "cuda")]
             let meeting = match place {
                 Place::Gpu {
                     arena: Some(on_device),
                     ctx,
                     ..
-                } if foxhunt_memory::unsupported_env(&cfg.env).is_none() => {
+                } if meets && foxhunt_memory::unsupported_env(&cfg.env).is_none() => {
                     foxhunt_memory::EpochMeeting::with_evaluator(
                         foxhunt_memory::DeviceEvaluator::new(
                             on_device.on(ctx),
@@ -1122,7 +1124,7 @@ impl WindowCtx<'_> {
                 _ => foxhunt_memory::EpochMeeting::new(),
             };
             #[cfg(feature = "cuda")]
-            let meet = (threads == self.members.len()).then_some(&meeting);
+            let meet = meets.then_some(&meeting);
             // A place per thread: on a GPU a worker's stream each, the window's arena shared.
             let places: Vec<Place<'_, '_>> = (0..threads)
                 .map(|_| -> Result<_, TrainError> {
@@ -1647,9 +1649,13 @@ fn member_threads(members: &[Member], device: Resolved) -> usize {
         Ok(v) => match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => n,
             _ => {
-                tracing::warn!(
-                    "{MEMBER_THREADS}={v:?} is not a positive number of threads; using {cores} (the cores)"
-                );
+                // Asked once a run and once a window: said once.
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::warn!(
+                        "{MEMBER_THREADS}={v:?} is not a positive number of threads; using {cores} (the cores)"
+                    )
+                });
                 cores
             }
         },

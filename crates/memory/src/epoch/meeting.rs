@@ -37,6 +37,9 @@ use crate::eval::{DeviceEvaluator, MemberNet, NetOnDevice};
 pub struct EpochMeeting<'w> {
     state: Mutex<State<'w>>,
     turn: Condvar,
+    /// The evaluator's environment, which never changes: asked about at every validation, so
+    /// kept outside the lock that a running round holds.
+    judged_env: Option<EnvConfig>,
 }
 
 /// What a member hands in for a round.
@@ -106,6 +109,7 @@ impl<'w> EpochMeeting<'w> {
 
     fn make(evaluator: Option<DeviceEvaluator<'w>>) -> Self {
         Self {
+            judged_env: evaluator.as_ref().map(|e| e.env().clone()),
             state: Mutex::new(State {
                 seated: 0,
                 waiting: Vec::new(),
@@ -122,10 +126,7 @@ impl<'w> EpochMeeting<'w> {
 
     /// Whether a member in environment `env` may hand its validations in ([`Seat::judge`]).
     pub fn judges(&self, env: &EnvConfig) -> bool {
-        self.lock()
-            .evaluator
-            .as_ref()
-            .is_some_and(|e| e.env() == env)
+        self.judged_env.as_ref() == Some(env)
     }
 
     /// How many networks each round that judged any judged together, in order.
