@@ -40,6 +40,19 @@ fn err(path: &Path, message: impl Into<String>) -> DqnError {
 
 /// Writes `agent` to `path` atomically: a crash leaves the old file or the new one, never half.
 pub fn save<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<(), DqnError> {
+    write(path, &encode(agent, path)?)
+}
+
+/// Writes bytes made by [`encode`] to `path` as [`save`] does (for a caller that encodes on
+/// one thread and writes on another).
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), DqnError> {
+    foxhunt_fs::write_sealed(path, bytes)
+        .map_err(|e| err(path, format!("cannot {}: {}", e.what, e.source)))
+}
+
+/// The bytes [`save`] writes for `agent` (before the seal); `path` only names the file in
+/// errors.
+pub fn encode<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<Vec<u8>, DqnError> {
     let crate::agent::Parts {
         online,
         target,
@@ -68,8 +81,7 @@ pub fn save<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<(), 
         bytes.extend_from_slice(&(p.len() as u64).to_le_bytes());
         bytes.extend_from_slice(p);
     }
-    foxhunt_fs::write_sealed(path, &bytes)
-        .map_err(|e| err(path, format!("cannot {}: {}", e.what, e.source)))
+    Ok(bytes)
 }
 
 /// Reads a checkpoint written by [`save`] for exactly `cfg`; anything else is an error that

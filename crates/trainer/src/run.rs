@@ -25,7 +25,7 @@ use crate::report::{
     self, Curve, EpochSummary, PolicyResult, RunReport, Skipped, WindowReport, WindowStatus,
     read_json, write_json,
 };
-use crate::rundir::{Progress, WindowDir};
+use crate::rundir::{Progress, StateWriter, WindowDir};
 
 /// What to train on and how.
 pub struct Job<'a> {
@@ -1486,6 +1486,8 @@ impl WindowCtx<'_> {
             env: &cfg.env,
         };
         let first_epoch = prog.epochs_done;
+        // Checkpoints and progress are written beside the training, in order.
+        let mut writer = StateWriter::new().map_err(|e| fail(e, &prog))?;
         if !self.member {
             self.bars.window_started(w.index, first_epoch);
         }
@@ -1552,14 +1554,15 @@ impl WindowCtx<'_> {
             let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
             if stop || (due && epoch + 1 < cfg.epochs) {
                 // The best checkpoint first: the progress written after it names it.
-                self.write_best(&mut engine, best.as_mut())
+                self.write_best(&mut engine, best.as_mut(), &mut writer)
                     .and_then(|()| {
                         let replay = engine.replay_bytes();
-                        self.dir.save_progress(engine.agent()?, replay, &prog)
+                        writer.submit(self.dir.save_progress(engine.agent()?, replay, &prog)?)
                     })
                     .map_err(|e| fail(e, &prog))?;
             }
             if stop {
+                writer.finish().map_err(|e| fail(e, &prog))?;
                 return Err(fail(TrainError::Stopped { epochs: 0 }, &prog));
             }
         }
@@ -1583,7 +1586,8 @@ impl WindowCtx<'_> {
                 }
                 false => None,
             };
-            self.write_best(&mut engine, Some(&mut best))?;
+            self.write_best(&mut engine, Some(&mut best), &mut writer)?;
+            writer.finish()?;
             Ok(tested)
         })()
         .map_err(|e| fail(e, &prog))?;
@@ -1621,19 +1625,20 @@ fn curves_of(tested: &[foxhunt_env::BacktestReport]) -> Vec<Curve> {
         .collect()
 }
 impl WindowCtx<'_> {
-    /// Writes the best epoch's checkpoint (`best-epoch-E.ckpt`) unless it is written already.
+    /// Has `writer` write the best epoch's checkpoint (`best-epoch-E.ckpt`) unless it is
+    /// written already.
     fn write_best<E: Engine>(
         &self,
         engine: &mut E,
         best: Option<&mut Best>,
+        writer: &mut StateWriter,
     ) -> Result<(), TrainError> {
         let Some(b) = best.filter(|b| !b.written) else {
             return Ok(());
         };
         let a = engine.agent()?;
         let agent = DqnAgent::<E::B>::restore(a.config().clone(), a.device(), &b.agent)?;
-        self.dir.create()?;
-        checkpoint::save(&agent, &self.dir.best(b.epoch))?;
+        writer.submit(self.dir.save_best(&agent, b.epoch)?)?;
         b.written = true;
         Ok(())
     }
