@@ -295,9 +295,8 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         _ => Resolved::Cpu,
     };
     // Each worker holds its own agent, replay and environments; a population's members train
-    // on threads (one per core; on a GPU with the device engine), so that many are held at
+    // on threads (one per core; on a GPU, where they meet, one each), so that many are held at
     // once (WindowCtx::population).
-    let at_once = member_threads(&members, resolved);
     let cols = job.dataset.features.cols;
     let heaviest = members
         .iter()
@@ -312,13 +311,6 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
             size(a).total_cmp(&size(b))
         })
         .expect("a population has a member");
-    crate::budget::check(
-        heaviest,
-        cols,
-        slots.len(),
-        at_once,
-        crate::budget::available_memory(),
-    )?;
     #[cfg(feature = "cuda")]
     // The largest split a window evaluates: what the device's evaluation holds.
     let eval_bars = owned
@@ -326,16 +318,41 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         .map(|w| w.val.rows.len().max(w.test.rows.len()))
         .max()
         .unwrap_or(0);
-    #[cfg(feature = "cuda")]
-    // A device's workers share its memory: one check per device.
-    for ctx in slots.iter().flatten().step_by(opts.workers_per_device) {
-        crate::budget::check_device(
+    let fits = |at_once: usize| -> Result<(), TrainError> {
+        crate::budget::check(
             heaviest,
             cols,
-            eval_bars,
-            opts.workers_per_device * at_once,
-            ctx.free_memory()? as f64,
+            slots.len(),
+            at_once,
+            crate::budget::available_memory(),
         )?;
+        #[cfg(feature = "cuda")]
+        // A device's workers share its memory: one check per device.
+        for ctx in slots.iter().flatten().step_by(opts.workers_per_device) {
+            crate::budget::check_device(
+                heaviest,
+                cols,
+                eval_bars,
+                opts.workers_per_device * at_once,
+                ctx.free_memory()? as f64,
+            )?;
+        }
+        Ok(())
+    };
+    let mut at_once = member_threads(&members, resolved);
+    if let Err(e) = fits(at_once) {
+        // Members that would all meet do not fit at once: a core's worth at a time, apart.
+        let apart = member_threads(&members, Resolved::Cpu);
+        if apart >= at_once {
+            return Err(e);
+        }
+        fits(apart)?;
+        tracing::info!(
+            "the population's {} members do not fit the memory at once ({e}); {apart} at a time, \
+             each its own launches",
+            members.len()
+        );
+        at_once = apart;
     }
     let out = &opts.out;
     let config = serde_json::json!({
@@ -365,6 +382,7 @@ pub fn run(job: &Job<'_>, opts: &RunOptions) -> Result<RunReport, TrainError> {
         exec,
         bars: &bars,
         members,
+        member_threads: at_once,
     };
     let t_train = Instant::now();
     let trained = ctx.train_windows(&owned, &slots);
@@ -426,6 +444,9 @@ struct RunCtx<'a> {
     bars: &'a Bars,
     /// The agents each window trains (one, or a population).
     members: Vec<Member>,
+    /// The threads a window's population trains on ([`member_threads`], or fewer where that
+    /// many members do not fit the memory at once).
+    member_threads: usize,
 }
 
 /// One worker's own memory: its host pool and its device's (a GPU context, or none).
@@ -565,6 +586,7 @@ impl RunCtx<'_> {
             resume: opts.resume,
             bars: self.bars,
             members: &self.members,
+            member_threads: self.member_threads,
             member: false,
         };
         let (report, phases, curves) = match ctx.train(&mut worker.pool, &mut worker.device, budget)
@@ -797,6 +819,8 @@ struct WindowCtx<'a> {
     bars: &'a Bars,
     /// The agents the window trains (one: a standalone run).
     members: &'a [Member],
+    /// The threads a population trains on.
+    member_threads: usize,
     /// Whether this context trains one member of a population (in the member's folder).
     member: bool,
 }
@@ -1074,13 +1098,7 @@ impl WindowCtx<'_> {
         let (cfg, w) = (self.job.cfg, self.w);
         self.bars.window_started(w.index, 0);
         let start_budget = *budget;
-        let threads = member_threads(
-            self.members,
-            match place {
-                Place::Cpu => Resolved::Cpu,
-                _ => Resolved::Cuda,
-            },
-        );
+        let threads = self.member_threads;
         let mut done: Vec<Option<MemberRun>> = (0..self.members.len()).map(|_| None).collect();
         if threads <= 1 {
             for (k, m) in self.members.iter().enumerate() {
@@ -1643,32 +1661,42 @@ impl WindowCtx<'_> {
     }
 }
 
-/// Threads a window's population trains on: one per core (or `FOXHUNT_MEMBER_THREADS`), at most
-/// one per member; on a GPU one when a member uses burn-cuda (prioritized replay), which is kept
-/// to one thread.
+/// Threads a window's population trains on: on a GPU, where every member's epochs can meet
+/// (one-launch epochs, no prioritized replay), one per member up to [`MEET_AT_MOST`], so that
+/// all meet; else one per core. `FOXHUNT_MEMBER_THREADS` sets the number (at most one per
+/// member). On a GPU one when a member uses burn-cuda (prioritized replay), which is kept to one
+/// thread. Measured on the H200 (docs/PERFORMANCE.md, 2026-12-03): 64 members meeting on 64
+/// threads 100-109 ms a window-epoch, apart on 16 threads 129-133; 256 meeting 366, apart 464.
 fn member_threads(members: &[Member], device: Resolved) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cores = match std::env::var(MEMBER_THREADS) {
-        Err(_) => cores,
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => n,
+    let asked = std::env::var(MEMBER_THREADS)
+        .ok()
+        .and_then(|v| match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Some(n),
             _ => {
-                // Asked once a run and once a window: said once.
+                // Asked once a run: said once.
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
-                    tracing::warn!(
-                        "{MEMBER_THREADS}={v:?} is not a positive number of threads; using {cores} (the cores)"
-                    )
-                });
-                cores
+                tracing::warn!(
+                    "{MEMBER_THREADS}={v:?} is not a positive number of threads; using the default"
+                )
+            });
+                None
             }
-        },
-    };
+        });
+    let meet = members.len() <= MEET_AT_MOST
+        && members
+            .iter()
+            .all(|m| m.cfg.step_loop == crate::config::StepLoop::OneLaunch);
     match device {
         Resolved::Cuda if members.iter().any(|m| m.cfg.dqn.prioritized.is_some()) => 1,
-        _ => cores.min(members.len()),
+        Resolved::Cuda if asked.is_none() && meet => members.len(),
+        _ => asked.unwrap_or(cores).min(members.len()),
     }
 }
+
+/// The largest population whose members all meet by default (the largest measured).
+const MEET_AT_MOST: usize = 256;
 
 /// Logs how a window's meeting went: `rounds` (the members in each) of `what`.
 #[cfg(feature = "cuda")]
@@ -1687,4 +1715,45 @@ const MEMBER_THREADS: &str = "FOXHUNT_MEMBER_THREADS";
 
 fn epoch_seed(seed: u64, window: usize, epoch: usize) -> u64 {
     mix64(seed ^ mix64(((window as u64) << 32) | epoch as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StepLoop;
+
+    fn population(agents: usize, edit: impl Fn(&mut TrainConfig)) -> Vec<Member> {
+        let mut cfg = TrainConfig {
+            agents,
+            ..TrainConfig::default()
+        };
+        edit(&mut cfg);
+        crate::population::members(&cfg).expect("a valid population")
+    }
+
+    #[test]
+    fn members_that_can_meet_on_a_gpu_get_a_thread_each_and_others_a_core_each() {
+        // The test runs without FOXHUNT_MEMBER_THREADS (CI's environment does not set it).
+        if std::env::var_os(MEMBER_THREADS).is_some() {
+            return;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let on_gpu = |m: &[Member]| member_threads(m, Resolved::Cuda);
+        let on_cpu = |m: &[Member]| member_threads(m, Resolved::Cpu);
+        let meeting = population(40, |_| {});
+        assert_eq!(on_gpu(&meeting), 40, "one-launch members all meet");
+        assert_eq!(on_cpu(&meeting), cores.min(40));
+        let many = population(MEET_AT_MOST + 1, |_| {});
+        assert_eq!(
+            on_gpu(&many),
+            cores.min(MEET_AT_MOST + 1),
+            "too many to meet"
+        );
+        let eager = population(40, |c| c.step_loop = StepLoop::Eager);
+        assert_eq!(on_gpu(&eager), cores.min(40), "eager members never meet");
+        let prioritized = population(40, |c| {
+            c.dqn.prioritized = Some(Default::default());
+        });
+        assert_eq!(on_gpu(&prioritized), 1, "burn-cuda is kept to one thread");
+    }
 }
