@@ -15,10 +15,10 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{DqnAgent, Snapshot};
+use crate::DqnError;
+use crate::agent::DqnAgent;
 use crate::config::AgentConfig;
 use crate::model::QNetwork;
-use crate::{CpuBackend, DqnError};
 
 const MAGIC: &[u8; 12] = b"FOXHUNT-DQN3";
 /// Earlier formats: 1 held the derived values among the settings, 2 had no checksum.
@@ -48,18 +48,6 @@ pub fn save<B: AutodiffBackend>(agent: &DqnAgent<B>, path: &Path) -> Result<(), 
 pub fn write(path: &Path, bytes: &[u8]) -> Result<(), DqnError> {
     foxhunt_fs::write_sealed(path, bytes)
         .map_err(|e| err(path, format!("cannot {}: {}", e.what, e.source)))
-}
-
-/// The bytes [`save`] writes for the agent `snapshot` holds (made again under `cfg` on the
-/// CPU: what a writer thread that never saw the agent can encode); equal to [`encode`]'s of the
-/// agent it was taken from. `path` only names the file in errors.
-pub fn encode_snapshot(
-    cfg: &AgentConfig,
-    snapshot: &Snapshot,
-    path: &Path,
-) -> Result<Vec<u8>, DqnError> {
-    let agent = DqnAgent::<CpuBackend>::restore(cfg.clone(), &Default::default(), snapshot)?;
-    encode(&agent, path)
 }
 
 /// The bytes [`save`] writes for `agent` (before the seal); `path` only names the file in

@@ -9,7 +9,7 @@ use std::time::Instant;
 use foxhunt_data::{Dataset, Normalizer, WalkForwardConfig, Window};
 use foxhunt_dqn::model::HostQNetwork;
 use foxhunt_dqn::replay::Replay;
-use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, Snapshot, checkpoint};
+use foxhunt_dqn::{CpuBackend, DqnAgent, Snapshot, checkpoint};
 use foxhunt_env::vec_env::mix64;
 use foxhunt_env::{ContractSpec, Execution, MarketData};
 use foxhunt_memory::{HostArena, HostPool, Pool, WindowData};
@@ -1504,9 +1504,8 @@ impl WindowCtx<'_> {
             env: &cfg.env,
         };
         let first_epoch = prog.epochs_done;
-        // Checkpoints and progress are encoded and written beside the training, in order.
+        // Checkpoints and progress are written beside the training, in order.
         let mut writer = StateWriter::new().map_err(|e| fail(e, &prog))?;
-        let agent_cfg = cfg.agent_config(self.job.dataset.features.cols, w.index);
         if !self.member {
             self.bars.window_started(w.index, first_epoch);
         }
@@ -1573,10 +1572,10 @@ impl WindowCtx<'_> {
             let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
             if stop || (due && epoch + 1 < cfg.epochs) {
                 // The best checkpoint first: the progress written after it names it.
-                self.write_best(&agent_cfg, best.as_mut(), &mut writer)
+                self.write_best(&mut engine, best.as_mut(), &mut writer)
                     .and_then(|()| {
-                        let (state, replay) = (engine.snapshot()?, engine.replay_bytes());
-                        writer.submit(self.dir.save_progress(&agent_cfg, state, replay, &prog)?)
+                        let replay = engine.replay_bytes();
+                        writer.submit(self.dir.save_progress(engine.agent()?, replay, &prog)?)
                     })
                     .map_err(|e| fail(e, &prog))?;
             }
@@ -1605,7 +1604,7 @@ impl WindowCtx<'_> {
                 }
                 false => None,
             };
-            self.write_best(&agent_cfg, Some(&mut best), &mut writer)?;
+            self.write_best(&mut engine, Some(&mut best), &mut writer)?;
             writer.finish()?;
             Ok(tested)
         })()
@@ -1646,16 +1645,18 @@ fn curves_of(tested: &[foxhunt_env::BacktestReport]) -> Vec<Curve> {
 impl WindowCtx<'_> {
     /// Has `writer` write the best epoch's checkpoint (`best-epoch-E.ckpt`) unless it is
     /// written already.
-    fn write_best(
+    fn write_best<E: Engine>(
         &self,
-        cfg: &AgentConfig,
+        engine: &mut E,
         best: Option<&mut Best>,
         writer: &mut StateWriter,
     ) -> Result<(), TrainError> {
         let Some(b) = best.filter(|b| !b.written) else {
             return Ok(());
         };
-        writer.submit(self.dir.save_best(cfg, b.agent.clone(), b.epoch))?;
+        let a = engine.agent()?;
+        let agent = DqnAgent::<E::B>::restore(a.config().clone(), a.device(), &b.agent)?;
+        writer.submit(self.dir.save_best(&agent, b.epoch)?)?;
         b.written = true;
         Ok(())
     }
