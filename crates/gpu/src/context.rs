@@ -46,9 +46,10 @@ pub struct GpuContext {
 /// the driver at every synchronization (the pool's default). Buffers are freed stream-ordered
 /// into that pool; a population's window frees thousands on its workers' streams, and the next
 /// window allocates as many again on new streams while its first members already run and
-/// synchronize. Measured on the H200 (docs/PERFORMANCE.md, 2026-12-03): with the default, the
-/// second window's 64 members spent 0.3-0.5 s each making their engines (window one: 20 ms),
-/// 15 s at 256; kept, the memory is reused. The process holds at most its own peak.
+/// synchronize. Measured on the H200 (docs/PERFORMANCE.md, 2026-12-03): with the default, a
+/// member of the second window of 64 meeting took 0.46 s (median) in `FusedDqn::new` alone
+/// (first window: 18 ms), of 256 meeting 7.65 s; kept, the memory is reused. The process holds
+/// at most its own peak.
 fn keep_pool_memory(ctx: &Arc<CudaContext>) -> Result<(), GpuError> {
     use cudarc::driver::sys;
     let pools = ctx

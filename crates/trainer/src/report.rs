@@ -176,8 +176,12 @@ impl RunReport {
 /// Writes `value` as pretty JSON with its checksum (`foxhunt_fs::to_sealed_json`), atomically:
 /// every JSON file of a run directory is read back only through [`read_json`], which checks it.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), TrainError> {
-    let bytes = foxhunt_fs::to_sealed_json(value).map_err(|e| TrainError::file(path, e))?;
-    Ok(foxhunt_fs::write_atomic(path, &bytes)?)
+    Ok(foxhunt_fs::write_atomic(path, &sealed_json(path, value)?)?)
+}
+
+/// The bytes [`write_json`] writes to `path` for `value` (for a writer on another thread).
+pub fn sealed_json<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, TrainError> {
+    foxhunt_fs::to_sealed_json(value).map_err(|e| TrainError::file(path, e))
 }
 
 /// Reads JSON written by [`write_json`]; a file whose content changed since is refused.

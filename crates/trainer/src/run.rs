@@ -1117,10 +1117,9 @@ impl WindowCtx<'_> {
             // On a GPU, members that each have a thread meet at every one-launch epoch, so that
             // the epochs of all of them are one launch, and at every validation, judged together
             // in one evaluation (where the device decides exactly: the window's environment).
-            // With more members than threads they train apart, each its own launches: a
-            // meeting needs every member on a thread of its own, and measured, 64 members on 64
-            // threads of a 16-core host, meeting, were slower than on 16 threads apart
-            // (docs/PERFORMANCE.md).
+            // With fewer threads than members they train apart, each its own launches: a
+            // meeting needs every member on a thread of its own ([`member_threads`] gives one
+            // each where they can meet and fit).
             #[cfg(feature = "cuda")]
             let meets = threads == self.members.len();
             #[cfg(feature = "cuda")]
@@ -1675,13 +1674,10 @@ fn member_threads(members: &[Member], device: Resolved) -> usize {
         .and_then(|v| match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => Some(n),
             _ => {
-                // Asked once a run: said once.
+                // Asked again where the members do not fit at once: said once.
                 static SAID: std::sync::Once = std::sync::Once::new();
-                SAID.call_once(|| {
-                tracing::warn!(
-                    "{MEMBER_THREADS}={v:?} is not a positive number of threads; using the default"
-                )
-            });
+                let why = "is not a positive number of threads; using the default";
+                SAID.call_once(|| tracing::warn!("{MEMBER_THREADS}={v:?} {why}"));
                 None
             }
         });

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::TrainError;
 use crate::phase::PhaseTimes;
-use crate::report::{EpochSummary, read_json, write_json};
+use crate::report::{EpochSummary, read_json, sealed_json, write_json};
 
 /// Creates the run directory, or checks that `--resume` continues the same run, and locks it
 /// for this process's life (the returned lock; a second process on the directory fails at once).
@@ -288,8 +288,7 @@ impl WindowDir {
         let (ckpt, rpl) = self.state_files(epoch);
         let agent = checkpoint::encode(agent, &ckpt)?;
         let progress = self.progress();
-        let prog_bytes =
-            foxhunt_fs::to_sealed_json(prog).map_err(|e| TrainError::file(&progress, e))?;
+        let prog_bytes = sealed_json(&progress, prog)?;
         let (dir, best_epoch) = (self.clone(), prog.best_epoch);
         Ok(Box::new(move || {
             dir.create()?;
