@@ -356,18 +356,7 @@ impl<B: AutodiffBackend> DqnAgent<B> {
         f.1
     }
 
-    /// Parts for checkpoints.
-    pub(crate) fn parts(&self) -> Parts<'_, B> {
-        Parts {
-            online: self.online(),
-            target: &self.target,
-            optim: &self.optim,
-            updates: self.updates,
-            env_steps: self.env_steps,
-        }
-    }
-
-    /// Rebuilds an agent from checkpoint parts.
+    /// Rebuilds an agent from a format-3 checkpoint's parts.
     pub(crate) fn from_parts(
         cfg: AgentConfig,
         device: &B::Device,
@@ -392,15 +381,6 @@ impl<B: AutodiffBackend> DqnAgent<B> {
     pub(crate) fn fresh_optimizer(cfg: &DqnConfig) -> OptimizerAdaptor<Adam, QNetwork<B>, B> {
         Self::optimizer(cfg)
     }
-}
-
-/// What a checkpoint holds of an agent, borrowed.
-pub(crate) struct Parts<'a, B: AutodiffBackend> {
-    pub online: &'a QNetwork<B>,
-    pub target: &'a QNetwork<B::InnerBackend>,
-    pub optim: &'a OptimizerAdaptor<Adam, QNetwork<B>, B>,
-    pub updates: u64,
-    pub env_steps: u64,
 }
 
 /// The mean weighted TD loss of `batch` (`[1]`, tracked for gradients through `online`), the

@@ -384,23 +384,11 @@ fn reported_grad_norm_is_the_norm_before_clipping_and_stats_are_sane() {
 
 #[test]
 fn checkpoints_resume_exactly_and_refuse_other_configs() {
-    let cfg = AgentConfig {
-        obs_dim: 8,
-        seed: 6,
-        dqn: DqnConfig {
-            hidden: vec![16],
-            ..DqnConfig::default()
-        },
-        ..AgentConfig::default()
-    };
+    // 1234 environment steps, the first 10 of these batches learned.
+    let (cfg, mut a) = format3_agent();
     let batches = fixed_batches(8, 20);
     let dir = foxhunt_testkit::Scratch::new("dqn-ckpt");
     let path = dir.join("agent.ckpt");
-    let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
-    a.count_env_steps(1234);
-    for b in &batches[..10] {
-        a.train_step(Batch::from_host(b, 8, &dev()));
-    }
     checkpoint::save(&a, &path).expect("saves");
     let files: Vec<_> = std::fs::read_dir(&dir)
         .expect("dir")
@@ -410,6 +398,11 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
     let mut b = checkpoint::load::<B>(&path, &cfg, &dev()).expect("loads");
     assert_eq!((b.updates(), b.env_steps()), (10, 1234));
     assert_eq!(weights(&a), weights(&b));
+    assert_eq!(
+        checkpoint::load_snapshot(&path, &cfg).expect("loads"),
+        a.snapshot(),
+        "the state, moments included, as it was saved"
+    );
     for batch in &batches[10..] {
         a.train_step(Batch::from_host(batch, 8, &dev()));
         b.train_step(Batch::from_host(batch, 8, &dev()));
@@ -463,6 +456,97 @@ fn checkpoints_resume_exactly_and_refuse_other_configs() {
         .expect("truncated")
         .to_string();
     assert!(e.contains("truncated"), "{e}");
+}
+
+/// The agent of checkpoint format 3's sample (tests/data/SOURCE.txt), made again: 1234
+/// environment steps counted, `fixed_batches(8, 20)[..10]` learned.
+fn format3_agent() -> (AgentConfig, DqnAgent<B>) {
+    let cfg = AgentConfig {
+        obs_dim: 8,
+        seed: 6,
+        dqn: DqnConfig {
+            hidden: vec![16],
+            ..DqnConfig::default()
+        },
+        ..AgentConfig::default()
+    };
+    let mut a = DqnAgent::<B>::new(cfg.clone(), &dev()).expect("valid");
+    a.count_env_steps(1234);
+    for b in &fixed_batches(8, 20)[..10] {
+        a.train_step(Batch::from_host(b, 8, &dev()));
+    }
+    (cfg, a)
+}
+
+#[test]
+fn checkpoints_of_the_previous_format_still_load() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/format3-agent.ckpt");
+    let (cfg, made) = format3_agent();
+    let old = checkpoint::load::<B>(&path, &cfg, &dev()).expect("format 3 loads");
+    assert_eq!((old.updates(), old.env_steps()), (10, 1234));
+    // The file was written on another machine: the same agent up to the rounding of its
+    // matrix products.
+    let s = old.snapshot();
+    let m = made.snapshot();
+    for (what, a, b) in [
+        ("online", &s.state.online, &m.state.online),
+        ("target", &s.state.target, &m.state.target),
+        ("moment_1", &s.state.moment_1, &m.state.moment_1),
+        ("moment_2", &s.state.moment_2, &m.state.moment_2),
+    ] {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{what}: {x} in the file, {y} made again"
+            );
+        }
+    }
+    assert!(
+        s.state.moment_2.iter().any(|&v| v > 0.0),
+        "Adam's moments came back"
+    );
+    assert_eq!(checkpoint::load_snapshot(&path, &cfg).expect("snapshot"), s);
+}
+
+#[test]
+fn a_checkpoint_whose_contents_disagree_with_its_header_is_refused() {
+    let (cfg, a) = format3_agent();
+    let dir = foxhunt_testkit::Scratch::new("dqn-ckpt-header");
+    let path = dir.join("agent.ckpt");
+    let bytes = checkpoint::encode(&a, &path).expect("encodes");
+    let n = a.num_params();
+    // Sealed again after the edit, so that only the disagreement is left to find.
+    let claim = |from: &str, to: &str| {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        assert!(text.contains(from), "the header says {from}");
+        let edited = bytes_replace(&bytes, from.as_bytes(), to.as_bytes());
+        std::fs::write(&path, foxhunt_fs::seal(&edited)).expect("write");
+        checkpoint::load::<B>(&path, &cfg, &dev())
+            .err()
+            .expect("refused")
+            .to_string()
+    };
+    let e = claim(&format!("\"params\":{n}"), &format!("\"params\":{}", n + 1));
+    assert!(
+        e.contains("agent.ckpt") && e.contains(&format!("{}", n + 1)),
+        "{e}"
+    );
+    std::fs::write(&path, foxhunt_fs::seal(&bytes[..bytes.len() - 4])).expect("write");
+    let e = checkpoint::load_snapshot(&path, &cfg)
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("agent.ckpt") && e.contains("truncated"), "{e}");
+}
+
+/// `bytes` with the first `from` replaced by `to`.
+fn bytes_replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("present");
+    [&bytes[..at], to, &bytes[at + from.len()..]].concat()
 }
 
 #[test]

@@ -1348,10 +1348,7 @@ impl WindowCtx<'_> {
         if self.resume && dir.report().exists() {
             let f: MemberFile = read_json(&dir.report())?;
             let best = match f.report.best_epoch {
-                Some(e) => Some(
-                    checkpoint::load::<CpuBackend>(&dir.best(e), &agent_cfg, &Default::default())?
-                        .snapshot(),
-                ),
+                Some(e) => Some(checkpoint::load_snapshot(&dir.best(e), &agent_cfg)?),
                 None => None,
             };
             return Ok(MemberDone {
@@ -1451,7 +1448,7 @@ impl WindowCtx<'_> {
             let best = match prog.best_epoch {
                 Some(e) => Some(Best {
                     epoch: e,
-                    agent: checkpoint::load::<B>(&self.dir.best(e), &dqn, device)?.snapshot(),
+                    agent: checkpoint::load_snapshot(&self.dir.best(e), &dqn)?,
                     written: true,
                 }),
                 None => None,
@@ -1571,10 +1568,11 @@ impl WindowCtx<'_> {
             let due = cfg.checkpoint_every > 0 && (epoch + 1) % cfg.checkpoint_every == 0;
             if stop || (due && epoch + 1 < cfg.epochs) {
                 // The best checkpoint first: the progress written after it names it.
-                self.write_best(&mut engine, best.as_mut(), &mut writer)
+                self.write_best(&engine, best.as_mut(), &mut writer)
                     .and_then(|()| {
-                        let replay = engine.replay_bytes();
-                        writer.submit(self.dir.save_progress(engine.agent()?, replay, &prog)?)
+                        let (state, replay) = (engine.snapshot()?, engine.replay_bytes());
+                        let cfg = engine.agent_config();
+                        writer.submit(self.dir.save_progress(cfg, state, replay, &prog)?)
                     })
                     .map_err(|e| fail(e, &prog))?;
             }
@@ -1603,7 +1601,7 @@ impl WindowCtx<'_> {
                 }
                 false => None,
             };
-            self.write_best(&mut engine, Some(&mut best), &mut writer)?;
+            self.write_best(&engine, Some(&mut best), &mut writer)?;
             writer.finish()?;
             Ok(tested)
         })()
@@ -1646,16 +1644,17 @@ impl WindowCtx<'_> {
     /// written already.
     fn write_best<E: Engine>(
         &self,
-        engine: &mut E,
+        engine: &E,
         best: Option<&mut Best>,
         writer: &mut StateWriter,
     ) -> Result<(), TrainError> {
         let Some(b) = best.filter(|b| !b.written) else {
             return Ok(());
         };
-        let a = engine.agent()?;
-        let agent = DqnAgent::<E::B>::restore(a.config().clone(), a.device(), &b.agent)?;
-        writer.submit(self.dir.save_best(&agent, b.epoch)?)?;
+        let job = self
+            .dir
+            .save_best(engine.agent_config(), b.agent.clone(), b.epoch);
+        writer.submit(job)?;
         b.written = true;
         Ok(())
     }

@@ -3,8 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::AutodiffBackend;
-use foxhunt_dqn::{DqnAgent, checkpoint};
+use foxhunt_dqn::{AgentConfig, Snapshot, checkpoint};
 use serde::{Deserialize, Serialize};
 
 use crate::TrainError;
@@ -274,24 +273,25 @@ impl WindowDir {
         self.dir.join(format!("best-epoch-{epoch:03}.ckpt"))
     }
 
-    /// The writing of the agent and replay of the epoch just finished, then of
-    /// `progress.json` naming them; older epochs' files are removed only after that. What is
-    /// written is taken now (the agent encoded, the progress serialized); the files are
-    /// written when the job runs ([`StateWriter`]).
-    pub fn save_progress<B: AutodiffBackend>(
+    /// The writing of the agent (`snapshot`, of `cfg`) and replay of the epoch just finished,
+    /// then of `progress.json` naming them; older epochs' files are removed only after that.
+    /// What is written is taken now (the agent's state, the progress serialized); the
+    /// checkpoint is encoded and the files are written when the job runs ([`StateWriter`]).
+    pub fn save_progress(
         &self,
-        agent: &DqnAgent<B>,
+        cfg: &AgentConfig,
+        snapshot: Snapshot,
         replay: Option<Vec<u8>>,
         prog: &Progress,
     ) -> Result<WriteJob, TrainError> {
         let epoch = prog.epochs_done - 1;
         let (ckpt, rpl) = self.state_files(epoch);
-        let agent = checkpoint::encode(agent, &ckpt)?;
         let progress = self.progress();
         let prog_bytes = sealed_json(&progress, prog)?;
-        let (dir, best_epoch) = (self.clone(), prog.best_epoch);
+        let (dir, cfg, best_epoch) = (self.clone(), cfg.clone(), prog.best_epoch);
         Ok(Box::new(move || {
             dir.create()?;
+            let agent = checkpoint::encode_snapshot(&cfg, &snapshot, &ckpt)?;
             checkpoint::write(&ckpt, &agent)?;
             if let Some(bytes) = replay {
                 foxhunt_fs::write_sealed(&rpl, &bytes)?;
@@ -303,19 +303,15 @@ impl WindowDir {
         }))
     }
 
-    /// The writing of `agent` as the best epoch's checkpoint (`best-epoch-E.ckpt`), encoded now.
-    pub fn save_best<B: AutodiffBackend>(
-        &self,
-        agent: &DqnAgent<B>,
-        epoch: usize,
-    ) -> Result<WriteJob, TrainError> {
-        let path = self.best(epoch);
-        let bytes = checkpoint::encode(agent, &path)?;
-        let dir = self.clone();
-        Ok(Box::new(move || {
+    /// The writing of the agent `snapshot` holds (of `cfg`) as the best epoch's checkpoint
+    /// (`best-epoch-E.ckpt`), encoded when the job runs.
+    pub fn save_best(&self, cfg: &AgentConfig, snapshot: Snapshot, epoch: usize) -> WriteJob {
+        let (path, dir, cfg) = (self.best(epoch), self.clone(), cfg.clone());
+        Box::new(move || {
             dir.create()?;
+            let bytes = checkpoint::encode_snapshot(&cfg, &snapshot, &path)?;
             Ok(checkpoint::write(&path, &bytes)?)
-        }))
+        })
     }
 
     /// Removes best-epoch checkpoints of epochs `< upto` other than `keep`'s.

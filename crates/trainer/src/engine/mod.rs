@@ -79,8 +79,8 @@ pub(crate) trait Engine {
     /// Ends the epoch: the statistics of its updates, read once, in order.
     fn finish_epoch(&mut self) -> Result<Vec<UpdateStats>, TrainError>;
 
-    /// The agent with the learning state as of now (checkpoints); an engine that learns
-    /// elsewhere brings it up to date first (a read of the device's weights).
+    /// The agent with the learning state as of now (the host's greedy decisions); an engine
+    /// that learns elsewhere brings it up to date first (a read of the device's weights).
     fn agent(&mut self) -> Result<&DqnAgent<Self::B>, TrainError>;
 
     /// The agent's settings.
@@ -89,7 +89,7 @@ pub(crate) trait Engine {
     /// The exploration rate now.
     fn epsilon(&self) -> f64;
 
-    /// The learning state as of now, kept aside (the best epoch's agent).
+    /// The learning state as of now, kept aside (the best epoch's agent, checkpoints).
     fn snapshot(&mut self) -> Result<Snapshot, TrainError> {
         Ok(self.agent()?.snapshot())
     }
