@@ -1047,17 +1047,23 @@ fn device_eval(
         }
         Ok(summarize(&mut us).0)
     };
-    for (((&chunk, (label, team)), &walk), &reuse) in variants
+    let combos: Vec<Variant> = variants
         .chunks
         .iter()
         .flat_map(|c| stitches.iter().map(move |s| (c, s)))
         .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
         .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
-    {
-        ev.set_chunk_bars(chunk);
-        ev.set_stitch(*team)?;
-        ev.set_walk_rows(walk);
-        ev.set_first_layer_reuse(reuse);
+        .map(|(((&chunk, (label, team)), &walk), &reuse)| Variant {
+            chunk,
+            label: label.clone(),
+            team: *team,
+            walk,
+            reuse,
+        })
+        .collect();
+    for v in &combos {
+        let (chunk, label, walk, reuse) = (v.chunk, &v.label, v.walk, v.reuse);
+        v.set(&mut ev)?;
         let first = if reuse { "reuse" } else { "full" };
         let targets = ev.targets(&net, split.clone())?;
         anyhow::ensure!(
@@ -1083,39 +1089,15 @@ fn device_eval(
             Ok(())
         })?;
         // Where a judgement's time goes: device timestamps between its kernels, median of reps.
-        ev.set_kernel_timing(true);
-        let mut per_kernel: Vec<Vec<f64>> = Vec::new();
-        for _ in 0..reps {
-            ev.judge(&net, split.clone(), cfg.capital)?;
-            for (k, ms) in ev.kernel_ms()?.into_iter().enumerate() {
-                if per_kernel.len() <= k {
-                    per_kernel.push(Vec::new());
-                }
-                per_kernel[k].push(ms * 1e3);
-            }
-        }
-        ev.set_kernel_timing(false);
-        let kernels: Vec<String> = [
-            "flat",
-            "chunks",
-            "stitch",
-            "book steps",
-            "book sessions",
-            "book total",
-        ]
-        .iter()
-        .zip(&mut per_kernel)
-        .map(|(name, us)| format!("{name} {:.1}", summarize(us).0))
-        .collect();
+        let kernels = kernel_us(&mut ev, reps, &mut |ev| {
+            ev.judge(&net, split.clone(), cfg.capital).map(|_| ())?;
+            Ok(())
+        })?;
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {}",
-            kernels.join(", ")
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
         );
     }
-    ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
-    ev.set_stitch(None)?;
-    ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
-    ev.set_first_layer_reuse(true);
+    Variant::default().set(&mut ev)?;
     if !variants.members.is_empty() {
         population_eval(
             &ctx,
@@ -1126,14 +1108,86 @@ fn device_eval(
             cfg.capital,
             reps,
             &variants.members,
+            &combos,
         )?;
     }
     Ok(())
 }
 
+/// One combination of the device evaluation's settings (`bench eval`'s lists).
+#[cfg(feature = "cuda")]
+struct Variant {
+    chunk: usize,
+    label: String,
+    team: Option<foxhunt_memory::Stitch>,
+    walk: u32,
+    reuse: bool,
+}
+
+#[cfg(feature = "cuda")]
+impl Default for Variant {
+    /// The evaluator's own settings.
+    fn default() -> Self {
+        Self {
+            chunk: foxhunt_memory::CHUNK_BARS,
+            label: "auto".into(),
+            team: None,
+            walk: foxhunt_memory::WALK_ROWS,
+            reuse: true,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Variant {
+    fn set(&self, ev: &mut foxhunt_memory::DeviceEvaluator<'_>) -> Result<()> {
+        ev.set_chunk_bars(self.chunk);
+        ev.set_stitch(self.team)?;
+        ev.set_walk_rows(self.walk);
+        ev.set_first_layer_reuse(self.reuse);
+        Ok(())
+    }
+}
+
+/// Median microseconds each kernel of a judgement took over `reps` calls of `judge` (device
+/// timestamps between the kernels), labelled.
+#[cfg(feature = "cuda")]
+fn kernel_us(
+    ev: &mut foxhunt_memory::DeviceEvaluator<'_>,
+    reps: usize,
+    judge: &mut dyn FnMut(&mut foxhunt_memory::DeviceEvaluator<'_>) -> Result<()>,
+) -> Result<String> {
+    ev.set_kernel_timing(true);
+    let mut per_kernel: Vec<Vec<f64>> = Vec::new();
+    for _ in 0..reps {
+        judge(ev)?;
+        for (k, ms) in ev.kernel_ms()?.into_iter().enumerate() {
+            if per_kernel.len() <= k {
+                per_kernel.push(Vec::new());
+            }
+            per_kernel[k].push(ms * 1e3);
+        }
+    }
+    ev.set_kernel_timing(false);
+    Ok([
+        "flat",
+        "chunks",
+        "stitch",
+        "book steps",
+        "book sessions",
+        "book total",
+    ]
+    .iter()
+    .zip(&mut per_kernel)
+    .map(|(name, us)| format!("{name} {:.1}", summarize(us).0))
+    .collect::<Vec<_>>()
+    .join(", "))
+}
+
 /// A population's validations: for each K of `members`, K networks (`agent` and differently
 /// seeded untrained ones) judged in one evaluation (`judge_all`) beside the same K judged one
-/// after another, median microseconds of `reps`; the metrics checked equal first.
+/// after another, median microseconds of `reps`; the metrics checked equal first. Then the
+/// evaluation of the K together under each of `combos` (checked equal too), with its kernels.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 fn population_eval(
@@ -1145,6 +1199,7 @@ fn population_eval(
     capital: f64,
     reps: usize,
     members: &[usize],
+    combos: &[Variant],
 ) -> Result<()> {
     use foxhunt_dqn::{CpuBackend, DqnAgent};
     use foxhunt_memory::NetOnDevice;
@@ -1182,8 +1237,9 @@ fn population_eval(
                 .map(|m| format!("{m:?}"))
                 .collect())
         };
+        let want = alone(ev)?;
         anyhow::ensure!(
-            alone(ev)? == together(ev)?,
+            want == together(ev)?,
             "{k} networks judged together book other metrics than each alone"
         );
         // In turn, rep by rep, so that the machine's moods fall on both alike.
@@ -1202,6 +1258,33 @@ fn population_eval(
             all / k as f64,
             one_by_one / all
         );
+        if combos.len() < 2 {
+            continue;
+        }
+        for v in combos {
+            v.set(ev)?;
+            anyhow::ensure!(
+                want == together(ev)?,
+                "{k} networks together, chunks of {}, stitch {}: other metrics",
+                v.chunk,
+                v.label
+            );
+            let mut us: Vec<f64> = (0..reps)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    together(ev).map(|_| t0.elapsed().as_secs_f64() * 1e6)
+                })
+                .collect::<Result<_>>()?;
+            let kernels = kernel_us(ev, reps, &mut |ev| together(ev).map(|_| ()))?;
+            println!(
+                "    {k:>3} together, chunks of {:>4} (walk rows {:>2}), stitch {:>5}: {:>10.1} us; kernels us: {kernels}",
+                v.chunk,
+                v.walk,
+                v.label,
+                summarize(&mut us).0
+            );
+        }
+        Variant::default().set(ev)?;
     }
     Ok(())
 }
