@@ -398,7 +398,7 @@ fn dqn_one_launch(w: &BenchWindow<'_, '_>, updates: usize, batch_rows: usize) ->
     use foxhunt_dqn::fused::FusedDqn;
     use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
     use foxhunt_gpu::DeviceBatch;
-    use foxhunt_memory::{DeviceReplay, EpochKernel, GpuVecEnv, NetShape, PlannedStep};
+    use foxhunt_memory::{DeviceReplay, EpochKernel, GpuVecEnv, PlannedStep};
     let (ctx, arena, m, env_cfg) = (w.ctx, w.arena, w.market, w.env);
     let n_env = 64;
     println!(
@@ -420,12 +420,7 @@ fn dqn_one_launch(w: &BenchWindow<'_, '_>, updates: usize, batch_rows: usize) ->
         let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
         let steps = updates.max(1);
         let mut fused = FusedDqn::new(ctx, &cfg, &agent.export_state(), 16 * steps + 64)?;
-        let shape = NetShape {
-            params: fused.num_params(),
-            obs_dim: cfg.obs_dim,
-            actions: cfg.actions,
-            hidden: cfg.hidden.clone(),
-        };
+        let shape = foxhunt_trainer::net_shape(&cfg, fused.num_params());
         let mut kernel =
             EpochKernel::with_batch_rows(ctx, shape, n_env, batch, steps.max(64), batch_rows)?;
         let mut ring = DeviceReplay::new(ctx, n_env, 4096 / n_env)?;
@@ -558,8 +553,7 @@ fn dqn_population(w: &BenchWindow<'_, '_>, updates: usize, members: &[usize]) ->
     use foxhunt_dqn::{AgentConfig, CpuBackend, DqnAgent, DqnConfig};
     use foxhunt_gpu::DeviceBatch;
     use foxhunt_memory::{
-        DeviceReplay, EpochKernel, EpochMember, EpochPopulation, GpuVecEnv, LearnRule, NetShape,
-        PlannedStep,
+        DeviceReplay, EpochKernel, EpochMember, EpochPopulation, GpuVecEnv, LearnRule, PlannedStep,
     };
     let (ctx, arena, m, env_cfg) = (w.ctx, w.arena, w.market, w.env);
     let (n_env, batch, steps) = (64, 64, updates.max(1));
@@ -592,12 +586,7 @@ fn dqn_population(w: &BenchWindow<'_, '_>, updates: usize, members: &[usize]) ->
             };
             let agent = DqnAgent::<CpuBackend>::new(cfg.clone(), &Default::default())?;
             let fused = FusedDqn::new(ctx, &cfg, &agent.export_state(), 16 * steps + 64)?;
-            let shape = NetShape {
-                params: fused.num_params(),
-                obs_dim: cfg.obs_dim,
-                actions: cfg.actions,
-                hidden: cfg.hidden.clone(),
-            };
+            let shape = foxhunt_trainer::net_shape(&cfg, fused.num_params());
             let mut env = GpuVecEnv::new(arena, env_cfg.clone(), 0..m.rows(), n_env, 7 + i)?;
             env.reset()?;
             agents.push(Agent {

@@ -292,25 +292,35 @@ __device__ void dense(const float* p, Layer d, const float* x, float* y, u32 row
         dense_narrow(p + d.w, p + d.b, d.d_in, D, x, y, rows);
         return;
     }
-    if ((d.d_in | D) % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(p + d.w) &&
-        aligned16(p + d.b) && blockDim.x % 32 == 0) {
-        const u32 groups = tile_groups(D, rows);
-        const float* w = p + d.w;
-        const float* b = p + d.b;
-        TILE_CALL(rows, groups, dense_tile_r, w, b, d.d_in, D, x, y, rows, groups);
+    const float* w = p + d.w;
+    const float* b = p + d.b;
+    // A call takes at most MAX_CHUNK rows a group; more rows (the training pass's two chunks of
+    // observations) are taken in turns. A row's sums do not depend on the rows beside it.
+    if ((d.d_in | D) % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b) &&
+        blockDim.x % 32 == 0) {
+        const u32 groups = tile_groups(D, rows), most = MAX_CHUNK * groups;
+        for (u32 r0 = 0; r0 < rows; r0 += most) {
+            const u32 n = min(most, rows - r0);
+            const float* xs = x + (u64)r0 * d.d_in;
+            float* ys = y + (u64)r0 * D;
+            TILE_CALL(n, groups, dense_tile_r, w, b, d.d_in, D, xs, ys, n, groups);
+        }
         return;
     }
     u32 groups = D >= blockDim.x ? 1 : blockDim.x / D;
     groups = max(1u, min(groups, rows));
-    const u32 R = (rows + groups - 1) / groups;
-    const float* w = p + d.w;
-    const float* b = p + d.b;
-    switch (R) {
-    case 1: dense_r<1>(w, b, d.d_in, D, x, y, rows, groups); break;
-    case 2: dense_r<2>(w, b, d.d_in, D, x, y, rows, groups); break;
-    case 3: dense_r<3>(w, b, d.d_in, D, x, y, rows, groups); break;
-    case 4: dense_r<4>(w, b, d.d_in, D, x, y, rows, groups); break;
-    default: dense_r<MAX_CHUNK>(w, b, d.d_in, D, x, y, rows, groups); break;
+    const u32 most = MAX_CHUNK * groups;
+    for (u32 r0 = 0; r0 < rows; r0 += most) {
+        const u32 n = min(most, rows - r0), R = (n + groups - 1) / groups;
+        const float* xs = x + (u64)r0 * d.d_in;
+        float* ys = y + (u64)r0 * D;
+        switch (R) {
+        case 1: dense_r<1>(w, b, d.d_in, D, xs, ys, n, groups); break;
+        case 2: dense_r<2>(w, b, d.d_in, D, xs, ys, n, groups); break;
+        case 3: dense_r<3>(w, b, d.d_in, D, xs, ys, n, groups); break;
+        case 4: dense_r<4>(w, b, d.d_in, D, xs, ys, n, groups); break;
+        default: dense_r<MAX_CHUNK>(w, b, d.d_in, D, xs, ys, n, groups); break;
+        }
     }
 }
 
@@ -745,6 +755,11 @@ __device__ float sum_parts(const float* v, u32 stride, u32 G, float* red) {
     return total;
 }
 
+// Threads a block: foxhunt-memory reads the launch bounds back from the compiled kernel. More
+// threads a block hide more latency on the multiprocessor a block has to itself, but cap the
+// registers a thread (65,536 a multiprocessor).
+#define EPOCH_THREADS 256
+
 #define EPOCH_PARAMS                                                                              \
     const float* features, const double* open, const double* close, const u32* session,          \
         const u32* contract, u32 cols, u32 split_start, u32 split_end, u32 lookback,             \
@@ -755,17 +770,16 @@ __device__ float sum_parts(const float* v, u32 stride, u32 G, float* red) {
         int loss_kind, float delta, float clip, float b1, float b2, float weight_decay,          \
         float tau, u32 steps, u32 chunk, u32 slots, const u64 *members
 
-extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
+extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH_PARAMS) {
     extern __shared__ float sh[];
-    __shared__ float red[256];
+    __shared__ float red[EPOCH_THREADS];
     __shared__ float lsum[3];
     __shared__ Drawn drawn[MAX_CHUNK];
     __shared__ Seg segs[MAX_CHUNK];
     const u32 G = gridDim.x, g = blockIdx.x;
     const u64 P = n_params;
     // The member's words and the layout words in shared memory: every pass reads the layout,
-    // layer by layer. (Static shared memory: foxhunt-memory's STATIC_SHARED must hold them with
-    // red, lsum and drawn.)
+    // layer by layer.
     __shared__ Member mb;
     __shared__ u64 lws[LAYOUT_WORDS];
     for (u32 k = threadIdx.x; k < MEMBER_WORDS; k += blockDim.x)
@@ -786,28 +800,33 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
     u32 widest = A + 1;
     for (u32 l = 0; l < L; ++l) widest = max(widest, hidden_layer(lw, l).d_out);
 
-    // Shared memory: the online and target networks, then the chunk's buffers.
-    // Each network padded to whole float4s, so that both are 16-byte aligned.
+    // Shared memory (foxhunt-memory's shared_bytes counts it): the online and target networks,
+    // then the chunk's buffers, those of whole rows first so that they stay 16-byte aligned
+    // (the tiled passes need it). Each network padded to whole float4s.
     const u64 P4 = (P + 3) & ~(u64)3;
+    const int use_norm = (int)lw[3];
     float* wo = sh;
     float* wt = wo + P4;
     float* cur = wt + P4;
     auto take = [&](u64 n) { float* at = cur; cur += n; return at; };
-    float* x = take((u64)C * dim);
-    float* nx = take((u64)C * dim);
-    Pass tr;  // the training pass, kept for the backward pass
+    // The training pass: a chunk's observations and, right after its rows, its next
+    // observations (the online network's Q of them, for double DQN, in the same pass: each
+    // weight loaded serves both), kept for the backward pass over the first rows.
+    const u64 T = 2 * (u64)C;
+    float* x = take(T * dim);
+    Pass tr;
     for (u32 l = 0; l < L; ++l) {
         u32 w = hidden_layer(lw, l).d_out;
-        tr.h[l] = take((u64)C * w);
-        tr.xh[l] = take((u64)C * w);
-        tr.a[l] = take((u64)C * w);
-        tr.rs[l] = take(C);
+        tr.h[l] = take(T * w);
+        tr.xh[l] = use_norm ? take(T * w) : tr.h[l];
+        tr.a[l] = take(T * w);
     }
-    tr.head = take((u64)C * A);
-    tr.v = take(C);
-    tr.q = take((u64)C * A);
     float* t0 = take((u64)C * widest);
     float* t1 = take((u64)C * widest);
+    for (u32 l = 0; l < L; ++l) tr.rs[l] = take(T);
+    tr.head = take(T * A);
+    tr.v = take(T);
+    tr.q = take(T * A);
     Pass inf;  // inference passes: every layer in ping-pong scratch
     for (u32 l = 0; l < L; ++l) {
         float* b = (l % 2 == 0) ? t0 : t1;
@@ -815,17 +834,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
     }
     inf.head = take((u64)C * A);
     inf.v = take(C);
-    float* q_no = take((u64)C * A);
     float* q_nt = take((u64)C * A);
     float* dq = take((u64)C * A);
     float* dadv = take((u64)C * A);
     float* dv = take(C);
-    float* bufa = take((u64)C * widest);
-    float* bufb = take((u64)C * widest);
-    float* mu = take(C);
+    float* mu = take(T);
     float* mm1 = take(C);
     float* mm2 = take(C);
-    int* acts = (int*)take(C);
+    // The backward pass's scratch: the inference passes are done with t0 and t1 by then.
+    float* bufa = t0;
+    float* bufb = t1;
 
     load_net(wo, mb.online, P);
     load_net(wt, mb.target, P);
@@ -925,6 +943,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
                     done = 0;
                 }
             }
+            float* nx = x + (u64)rows * dim;
             if (threadIdx.x < rows)
                 drawn[threadIdx.x] = sample_draw<true>(
                     mb.r_t, mb.r_pos, mb.r_entry, mb.r_action, mb.r_reward, mb.r_done, n_env,
@@ -955,11 +974,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) epoch_steps(EPOCH_PARAMS) {
                 mb.b_obs[(u64)c0 * dim + k] = x[k];
                 mb.b_next_obs[(u64)c0 * dim + k] = nx[k];
             }
-            forward(wo, lw, act, x, rows, tr, mu);
-            if (double_dqn) {
-                inf.q = q_no;
-                forward(wo, lw, act, nx, rows, inf, mu);
-            }
+            forward(wo, lw, act, x, double_dqn ? 2 * rows : rows, tr, mu);
+            const float* q_no = tr.q + (u64)rows * A;
             inf.q = q_nt;
             forward(wt, lw, act, nx, rows, inf, mu);
             // TD loss per row.

@@ -34,6 +34,28 @@ impl Kernel {
                 self.name
             )))
     }
+    /// The most threads a block of this kernel may have: the `__launch_bounds__` it was compiled
+    /// for, or fewer where its registers do not allow that many.
+    pub fn max_threads(&self) -> Result<u32, GpuError> {
+        self.f
+            .max_threads_per_block()
+            .map(|v| v.max(1) as u32)
+            .map_err(GpuError::driver(format!(
+                "asking the block size of {}",
+                self.name
+            )))
+    }
+    /// Bytes of static shared memory (`__shared__` arrays) a block of this kernel uses: what its
+    /// dynamic shared memory cannot have.
+    pub fn static_shared(&self) -> Result<u32, GpuError> {
+        self.f
+            .shared_size_bytes()
+            .map(|v| v.max(0) as u32)
+            .map_err(GpuError::driver(format!(
+                "asking the static shared memory of {}",
+                self.name
+            )))
+    }
     /// How many blocks of `threads` threads and `shared_bytes` of dynamic shared memory one
     /// multiprocessor holds at once.
     pub fn blocks_per_sm(&self, threads: u32, shared_bytes: u32) -> Result<u32, GpuError> {

@@ -26,18 +26,33 @@ const MEMBER_WORDS: usize = 37;
 const MEMBER_TABLE: usize = 30;
 /// Timestamps per step (kernels/epoch.cu's STAMPS).
 const STAMPS: usize = 8;
-/// Threads per block.
-const THREADS: u32 = 256;
 /// The most hidden layers the kernel takes (kernels/epoch.cu's MAX_HIDDEN).
 const MAX_HIDDEN: usize = 8;
-/// Bytes of the kernel's static shared memory (a reduction array of THREADS floats, the member's
-/// and the layout words, the chunk's draws and segments and a few sums: 2,400 bytes for sm_90),
-/// rounded up: what the dynamic part cannot have.
-const STATIC_SHARED: usize = 2560;
 
-/// The most dynamic shared memory a block of the kernel can have.
-fn shared_limit(ctx: &GpuContext) -> Result<usize, MemoryError> {
-    Ok((ctx.max_shared_per_block()? as usize).saturating_sub(STATIC_SHARED))
+/// The kernel and the block it is compiled for: kernels/epoch.cu's `__launch_bounds__` fix the
+/// threads a block (read back, not repeated here), and its static shared memory (a reduction
+/// array of a float a thread, the member's and the layout words, the chunk's draws and
+/// segments) is what the dynamic part cannot have.
+struct Compiled {
+    kernel: Kernel,
+    threads: u32,
+    /// The most dynamic shared memory a block can have, bytes.
+    shared_limit: usize,
+}
+
+impl Compiled {
+    fn new(ctx: &GpuContext) -> Result<Self, MemoryError> {
+        let kernel = ctx.kernel(Module::Epoch, "epoch_steps")?;
+        let threads = kernel.max_threads()?;
+        let shared_limit = (ctx
+            .max_shared_per_block()?
+            .saturating_sub(kernel.static_shared()?)) as usize;
+        Ok(Self {
+            kernel,
+            threads,
+            shared_limit,
+        })
+    }
 }
 
 /// The shape of the network the kernel trains.
@@ -51,6 +66,8 @@ pub struct NetShape {
     pub actions: usize,
     /// Hidden layer widths.
     pub hidden: Vec<usize>,
+    /// Hidden layers normalized (their normalized inputs are kept for the backward pass).
+    pub layer_norm: bool,
 }
 
 /// The learner's state on the device, flat in the learner's parameter order: what the kernel
@@ -140,7 +157,7 @@ pub fn unsupported(ctx: &GpuContext, shape: &NetShape) -> Result<Option<String>,
             shape.hidden.len()
         )));
     }
-    let limit = shared_limit(ctx)?;
+    let limit = Compiled::new(ctx)?.shared_limit;
     Ok((shared_bytes(shape, 1) > limit).then(|| {
         format!(
             "{} parameters (two networks of them do not fit in {limit} bytes of a block's shared memory)",
@@ -149,7 +166,8 @@ pub fn unsupported(ctx: &GpuContext, shape: &NetShape) -> Result<Option<String>,
     }))
 }
 
-/// Bytes of dynamic shared memory for chunks of `chunk` rows (kernels/epoch.cu's layout).
+/// Bytes of dynamic shared memory for chunks of `chunk` rows (kernels/epoch.cu's layout, in its
+/// order).
 fn shared_bytes(s: &NetShape, chunk: usize) -> usize {
     let widest = s
         .hidden
@@ -158,25 +176,24 @@ fn shared_bytes(s: &NetShape, chunk: usize) -> usize {
         .max()
         .unwrap_or(0)
         .max(s.actions + 1);
-    let a = s.actions;
+    let (a, c) = (s.actions, chunk);
+    // The training pass takes a chunk's observations and next observations together.
+    let t = 2 * c;
+    let kept_per_layer = if s.layer_norm { 3 } else { 2 };
     let floats = 2 * s.params.next_multiple_of(4)
-        + 2 * chunk * s.obs_dim
+        + t * s.obs_dim
         + s.hidden
             .iter()
-            .map(|&w| 3 * chunk * w + chunk)
+            .map(|&w| kept_per_layer * t * w + t)
             .sum::<usize>()
-        + chunk * a
-        + chunk
-        + chunk * a
-        + 2 * chunk * widest
-        + s.hidden.len() * chunk
-        + chunk * a
-        + chunk
-        + 4 * chunk * a
-        + chunk
-        + 2 * chunk * widest
-        + 3 * chunk
-        + chunk;
+        + t * (2 * a + 1)
+        + 2 * c * widest
+        + s.hidden.len() * c
+        + c * (a + 1)
+        + 3 * c * a
+        + c
+        + t
+        + 2 * c;
     4 * floats
 }
 
@@ -263,8 +280,11 @@ impl EpochKernel {
         if let Some(why) = unsupported(ctx, &shape)? {
             return Err(MemoryError::Config(format!("one-launch epoch: {why}")));
         }
-        let kernel = ctx.kernel(Module::Epoch, "epoch_steps")?;
-        let limit = shared_limit(ctx)?;
+        let Compiled {
+            kernel,
+            threads,
+            shared_limit: limit,
+        } = Compiled::new(ctx)?;
         // The largest chunk of rows that fits beside the networks, up to 8.
         let chunk = (1..=8)
             .rev()
@@ -275,12 +295,12 @@ impl EpochKernel {
         // One block per few rows of the larger of environments and batch, as many as can be
         // resident at once (a cooperative launch needs them all). Alone, an agent has a block
         // per group of batch rows.
-        let resident = (ctx.sm_count()? * kernel.blocks_per_sm(THREADS, shared)?).max(1) as usize;
+        let resident = (ctx.sm_count()? * kernel.blocks_per_sm(threads, shared)?).max(1) as usize;
         let blocks = wanted_blocks(n_env, batch, batch_rows).min(resident);
         Ok(Self {
             grid: Grid {
                 blocks: blocks as u32,
-                threads: THREADS,
+                threads,
                 shared_bytes: shared,
             },
             chunk: chunk as u32,

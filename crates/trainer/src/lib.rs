@@ -27,7 +27,7 @@ mod stats;
 
 pub use config::{DeviceChoice, StepLoop, TrainConfig};
 #[cfg(feature = "cuda")]
-pub use engine::device::{learn_rule, learner_buffers};
+pub use engine::device::{learn_rule, learner_buffers, net_shape};
 pub use error::TrainError;
 pub use phase::PhaseTimes;
 pub use population::{Select, Sweep};

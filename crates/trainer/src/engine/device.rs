@@ -180,12 +180,13 @@ fn net_on_device<'b>(
 }
 
 /// The network's shape as the one-launch epoch sizes it.
-fn net_shape(cfg: &AgentConfig, params: usize) -> NetShape {
+pub fn net_shape(cfg: &AgentConfig, params: usize) -> NetShape {
     NetShape {
         params,
         obs_dim: cfg.obs_dim,
         actions: cfg.actions,
         hidden: cfg.hidden.clone(),
+        layer_norm: cfg.layer_norm,
     }
 }
 

@@ -651,6 +651,24 @@ fn one_launch_gradients_and_updates_follow_the_burn_agent() {
                 ..base.clone()
             },
         ),
+        // Chunks of 8 rows a block: the training pass over 16 rows, which a pass over a layer
+        // this wide takes in two turns (tiled for a width of a multiple of 4, else by rows).
+        (
+            "a wide layer, batch 1000",
+            DqnConfig {
+                hidden: vec![260, 36],
+                batch_size: 1000,
+                ..base.clone()
+            },
+        ),
+        (
+            "a wide layer of odd width, batch 1000",
+            DqnConfig {
+                hidden: vec![258],
+                batch_size: 1000,
+                ..base.clone()
+            },
+        ),
     ];
     let dev = Default::default();
     let mut report = Vec::new();
