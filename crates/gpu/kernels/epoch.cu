@@ -286,7 +286,11 @@ __device__ void dense_narrow(const float* w, const float* b, u32 n, u32 D, const
     }
 }
 
-__device__ void dense(const float* p, Layer d, const float* x, float* y, u32 rows) {
+// dense, dense_grads and dense_input_grads are out of line (__noinline__): each is called from
+// several places and instantiates its tiles for several row counts; inlined, they made the
+// module 2.7x larger and its NVRTC compile (a run's first, before the kernel cache has it)
+// about 6x longer, for no measured gain (docs/PERFORMANCE.md, #13).
+__device__ __noinline__ void dense(const float* p, Layer d, const float* x, float* y, u32 rows) {
     const u32 D = d.d_out;
     if (D <= 8) {
         dense_narrow(p + d.w, p + d.b, d.d_in, D, x, y, rows);
@@ -407,7 +411,7 @@ struct Seg {
 // Adds (or, for a group's first rows, writes) a dense layer's parameter gradients over each
 // segment's rows to its slot: dw[i][o] = sum_r x[r][i] dy[r][o], db[o] = sum_r dy[r][o], the
 // rows in order. One thread per (i, o); a warp reads 32 neighbouring dy values and broadcasts x.
-__device__ void dense_grads(const Seg* segs, u32 nseg, Layer d, const float* x, const float* dy) {
+__device__ __noinline__ void dense_grads(const Seg* segs, u32 nseg, Layer d, const float* x, const float* dy) {
     const u32 D = d.d_out, n = d.d_in;
     if ((n | D) % 4 == 0 && aligned16(x) && aligned16(dy)) {
         // Tiles of 4 inputs x 4 outputs a thread (each pair of float4 loads feeds 16 products),
@@ -571,7 +575,7 @@ __device__ __forceinline__ void dense_input_grads_tile_r(const float* w, u32 n, 
     }
 }
 
-__device__ void dense_input_grads(const float* p, Layer d, const float* dy, float* dx, u32 rows,
+__device__ __noinline__ void dense_input_grads(const float* p, Layer d, const float* dy, float* dx, u32 rows,
                                   int accumulate) {
     const u32 n = d.d_in;
     if ((n | d.d_out) % 4 == 0 && aligned16(dy) && aligned16(dx) && aligned16(p + d.w) &&
@@ -866,19 +870,18 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         const u64* st = mb.table + (u64)s * ST_WORDS;
         stamp(s, 0);
         if (st[ST_ACT]) {
-            // Act: the block's environments, chunk by chunk, greedy on the online network with
-            // the exploration draws of step counter ST_COUNTER.
+            // Act: the block's environments, the training pass's 2 C rows at a time, greedy on
+            // the online network with the exploration draws of step counter ST_COUNTER.
             float eps = word_f32(st[ST_EPSILON]);
-            for (u32 c0 = e0; c0 < e1; c0 += C) {
-                u32 rows = min(C, e1 - c0);
+            for (u32 c0 = e0; c0 < e1; c0 += (u32)T) {
+                u32 rows = min((u32)T, e1 - c0);
                 for (u32 k = threadIdx.x; k < rows * dim; k += blockDim.x)
                     x[k] = mb.env_obs[(u64)c0 * dim + k];
                 __syncthreads();
-                inf.q = tr.q;
-                forward(wo, lw, act, x, rows, inf, mu);
+                forward(wo, lw, act, x, rows, tr, mu);
                 for (u32 r = threadIdx.x; r < rows; r += blockDim.x)
                     mb.env_actions[c0 + r] = (unsigned char)select_action(
-                        inf.q + (u64)r * A, A, eps, mb.explore_seed, st[ST_COUNTER], c0 + r);
+                        tr.q + (u64)r * A, A, eps, mb.explore_seed, st[ST_COUNTER], c0 + r);
                 __syncthreads();
             }
             // Step: one thread per environment; the step's replay row into the ring.
