@@ -60,7 +60,9 @@ enum Command {
         train: Vec<String>,
     },
     /// Compile every kernel module with NVRTC for an architecture, without a GPU (needs libnvrtc
-    /// and an xtask built with --features cuda): NVRTC's log on an error.
+    /// and an xtask built with --features cuda): each module's CUBIN size and compile time, and
+    /// ptxas's registers, stack, spills and static shared memory of every kernel and out-of-line
+    /// function; NVRTC's log on an error.
     #[cfg(feature = "cuda")]
     Kernels {
         /// The architecture.
@@ -203,8 +205,16 @@ fn main() -> Result<()> {
         #[cfg(feature = "cuda")]
         Command::Kernels { arch } => {
             for m in foxhunt_gpu::Module::ALL {
-                let bytes = foxhunt_gpu::compile_check(m, &arch)?;
-                println!("{}: {bytes} bytes of CUBIN for {arch}", m.name());
+                let c = foxhunt_gpu::compile_check(m, &arch)?;
+                println!(
+                    "{}: {} bytes of CUBIN for {arch}, compiled in {:.1} s",
+                    m.name(),
+                    c.cubin_bytes,
+                    c.seconds
+                );
+                for line in &c.resources {
+                    println!("    {line}");
+                }
             }
             Ok(())
         }

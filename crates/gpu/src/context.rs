@@ -249,7 +249,7 @@ impl GpuContext {
                 None => {}
             }
         }
-        let cubin = compile_cubin(module, &source, &options)?;
+        let (cubin, _) = compile_cubin(module, &source, &options)?;
         stats.compiled += 1;
         if let Some(path) = &entry
             && let Err(e) = KernelCache::store(path, &cubin)
@@ -399,18 +399,53 @@ impl GpuContext {
     }
 }
 
+/// What compiling one module for an architecture gave ([`compile_check`]).
+#[derive(Debug, Clone)]
+pub struct CompileCheck {
+    /// Bytes of the CUBIN.
+    pub cubin_bytes: usize,
+    /// NVRTC's wall time (a run's first epoch pays it where the kernel cache lacks the module).
+    pub seconds: f64,
+    /// ptxas's account of each kernel and out-of-line function, a line each (`NAME: ...`):
+    /// stack, spill stores and loads, registers, static shared memory.
+    pub resources: Vec<String>,
+}
+
 /// Compiles `module` for `arch` (e.g. `sm_90`) with the options a context uses, without a device:
-/// the CUBIN's size, or NVRTC's log. Needs only libnvrtc (for checking kernels on machines without
-/// a GPU).
-pub fn compile_check(module: Module, arch: &str) -> Result<usize, GpuError> {
+/// the CUBIN's size, the compile's time and ptxas's resource lines, or NVRTC's log. Needs only
+/// libnvrtc (for checking kernels on machines without a GPU).
+pub fn compile_check(module: Module, arch: &str) -> Result<CompileCheck, GpuError> {
     // SAFETY: only tries to dlopen the library by name; no symbol is called.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(GpuError::NoCuda(
             "the NVRTC library (libnvrtc) could not be loaded".into(),
         ));
     }
-    let options = compile_options(arch);
-    Ok(compile_cubin(module, &module.source()?, &options)?.len())
+    let mut options = compile_options(arch);
+    // Only ptxas's report: the CUBIN is the one a context builds.
+    options.push("--ptxas-options=-v".to_owned());
+    let start = std::time::Instant::now();
+    let (cubin, log) = compile_cubin(module, &module.source()?, &options)?;
+    // A function's lines follow its "Function properties for NAME": joined into one line each.
+    let mut resources: Vec<String> = Vec::new();
+    for line in log.lines() {
+        let l = line.trim_start_matches("ptxas").trim_start();
+        let l = l.strip_prefix("info").unwrap_or(l).trim_start();
+        let l = l.trim_start_matches([':', '.']).trim();
+        if let Some(name) = l.strip_prefix("Function properties for ") {
+            resources.push(format!("{name}:"));
+        } else if let Some(last) = resources.last_mut()
+            && (l.contains("spill") || l.starts_with("Used "))
+        {
+            last.push_str(if last.ends_with(':') { " " } else { "; " });
+            last.push_str(l);
+        }
+    }
+    Ok(CompileCheck {
+        cubin_bytes: cubin.len(),
+        seconds: start.elapsed().as_secs_f64(),
+        resources,
+    })
 }
 
 /// NVRTC's options for `arch`, the same for every module.
@@ -432,8 +467,13 @@ fn nvrtc_version() -> Result<(i32, i32), GpuError> {
     Ok((major, minor))
 }
 
-/// Compiles `module` with NVRTC to a CUBIN for the architecture `options` name.
-fn compile_cubin(module: Module, source: &str, options: &[String]) -> Result<Vec<u8>, GpuError> {
+/// Compiles `module` with NVRTC to a CUBIN for the architecture `options` name, and NVRTC's log
+/// of the compile (empty unless an option asks for more).
+fn compile_cubin(
+    module: Module,
+    source: &str,
+    options: &[String],
+) -> Result<(Vec<u8>, String), GpuError> {
     let fail = |source: CompileError| {
         let log = match &source {
             CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
@@ -451,27 +491,27 @@ fn compile_cubin(module: Module, source: &str, options: &[String]) -> Result<Vec
     let name = CString::new(format!("{}.cu", module.name())).expect("module names hold no NUL");
     let prog = nvrtc::create_program(&src, Some(&name))
         .map_err(|e| fail(CompileError::CreationError(e)))?;
-    let cubin = cubin_of(prog, options).map_err(|e| match e {
-        Ok(nvrtc_err) => {
-            // SAFETY: `prog` was made by create_program above and is not destroyed yet.
-            let log = unsafe { nvrtc::get_program_log(prog) }
-                .map(|l| {
-                    let bytes: Vec<u8> =
-                        l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-                    CString::new(bytes).unwrap_or_default()
-                })
-                .unwrap_or_default();
-            fail(CompileError::CompileError {
-                nvrtc: nvrtc_err,
-                options: options.to_vec(),
-                log,
+    let log = || {
+        // SAFETY: `prog` was made by create_program above and is not destroyed yet.
+        unsafe { nvrtc::get_program_log(prog) }
+            .map(|l| {
+                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                CString::new(bytes).unwrap_or_default()
             })
-        }
-        Err(get) => fail(CompileError::GetPtxError(get)),
-    });
+            .unwrap_or_default()
+    };
+    let out = match cubin_of(prog, options) {
+        Ok(cubin) => Ok((cubin, log().to_string_lossy().into_owned())),
+        Err(Ok(nvrtc_err)) => Err(fail(CompileError::CompileError {
+            nvrtc: nvrtc_err,
+            options: options.to_vec(),
+            log: log(),
+        })),
+        Err(Err(get)) => Err(fail(CompileError::GetPtxError(get))),
+    };
     // SAFETY: `prog` was made by create_program above and is destroyed once, here.
     let _ = unsafe { nvrtc::destroy_program(prog) };
-    cubin
+    out
 }
 
 /// Compiles `prog` and reads its CUBIN: a compile error is `Err(Ok(e))` (the log is still to

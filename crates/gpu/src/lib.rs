@@ -47,7 +47,7 @@ pub use batch::{DeviceBatch, HostBatchParts};
 #[cfg(feature = "cuda")]
 pub use buffer::{DeviceBuffer, Elem};
 #[cfg(feature = "cuda")]
-pub use context::{CompileStats, GpuContext, GpuEvent, compile_check};
+pub use context::{CompileCheck, CompileStats, GpuContext, GpuEvent, compile_check};
 #[cfg(feature = "cuda")]
 pub use launch::{Grid, Kernel, Launch};
 #[cfg(feature = "cuda")]

@@ -30,7 +30,24 @@ fn every_module_compiles_for_hopper_without_a_gpu() {
     let required = std::env::var("FOXHUNT_NVRTC_TESTS").as_deref() == Ok("1");
     for m in Module::ALL {
         match foxhunt_gpu::compile_check(m, "sm_90") {
-            Ok(bytes) => assert!(bytes > 0, "module {}: an empty CUBIN", m.name()),
+            Ok(c) => {
+                assert!(c.cubin_bytes > 0, "module {}: an empty CUBIN", m.name());
+                // ptxas accounts for every kernel of the module, the epoch's among them.
+                let kernel = match m {
+                    Module::Env => "env_step",
+                    Module::Dqn => "dense_fwd",
+                    Module::Eval => "eval_flat",
+                    Module::Epoch => "epoch_steps",
+                };
+                assert!(
+                    c.resources
+                        .iter()
+                        .any(|l| l.starts_with(&format!("{kernel}: ")) && l.contains(" registers")),
+                    "module {}: no resource lines for {kernel}: {:?}",
+                    m.name(),
+                    c.resources
+                );
+            }
             Err(GpuError::NoCuda(why)) if !required => {
                 eprintln!("skipped: {why} (FOXHUNT_NVRTC_TESTS=1 requires it)");
                 return;
@@ -72,7 +89,7 @@ fn buffers_round_trip_and_every_module_compiles() {
 fn a_kernel(m: Module) -> &'static str {
     match m {
         Module::Env => "env_step",
-        Module::Dqn => "adam_step",
+        Module::Dqn => "dense_fwd",
         Module::Eval => "eval_stitch",
         Module::Epoch => "epoch_steps",
     }
