@@ -32,13 +32,8 @@ fn every_module_compiles_for_hopper_without_a_gpu() {
         match foxhunt_gpu::compile_check(m, "sm_90") {
             Ok(c) => {
                 assert!(c.cubin_bytes > 0, "module {}: an empty CUBIN", m.name());
-                // ptxas accounts for every kernel of the module, the epoch's among them.
-                let kernel = match m {
-                    Module::Env => "env_step",
-                    Module::Dqn => "dense_fwd",
-                    Module::Eval => "eval_flat",
-                    Module::Epoch => "epoch_steps",
-                };
+                // ptxas accounts for the module's kernels.
+                let kernel = a_kernel(m);
                 assert!(
                     c.resources
                         .iter()
@@ -89,7 +84,7 @@ fn buffers_round_trip_and_every_module_compiles() {
 fn a_kernel(m: Module) -> &'static str {
     match m {
         Module::Env => "env_step",
-        Module::Dqn => "dense_fwd",
+        Module::Dqn => "adam_step",
         Module::Eval => "eval_stitch",
         Module::Epoch => "epoch_steps",
     }

@@ -166,8 +166,8 @@ pub fn unsupported(ctx: &GpuContext, shape: &NetShape) -> Result<Option<String>,
     }))
 }
 
-/// Bytes of dynamic shared memory for chunks of `chunk` rows (kernels/epoch.cu's layout, in its
-/// order).
+/// Bytes of dynamic shared memory for chunks of `chunk` rows (kernels/epoch.cu's layout; the
+/// same buffers, counted in another order).
 fn shared_bytes(s: &NetShape, chunk: usize) -> usize {
     let widest = s
         .hidden
