@@ -405,8 +405,8 @@ fn dqn_one_launch(w: &BenchWindow<'_, '_>, updates: usize, batch_rows: usize) ->
         "bench dqn: cuda (one-launch epoch kernel), same network, ring of 64 environments over the bundled ES bars, launches of {updates} steps, {batch_rows} batch rows a block"
     );
     println!(
-        "{:>6} {:>7} {:>16} {:>16} {:>18}",
-        "batch", "blocks", "update us", "act+update us", "1-update launch us"
+        "{:>6} {:>7} {:>8} {:>16} {:>16} {:>18}",
+        "batch", "blocks", "barrier", "update us", "act+update us", "1-update launch us"
     );
     let mut breakdown = Vec::new();
     for batch in [64usize, 1024, 4096] {
@@ -441,66 +441,88 @@ fn dqn_one_launch(w: &BenchWindow<'_, '_>, updates: usize, batch_rows: usize) ->
         // The ring filled (64 rows of 64 environments), then a warm-up launch.
         let fill: Vec<_> = (0..64).map(|_| step(true, false, 0)).collect();
         launch(&mut kernel, &fill, &mut fused)?;
-        let mut parts = Vec::new();
-        let mut timed = |kernel: &mut EpochKernel,
-                         act: bool,
-                         fused: &mut FusedDqn,
-                         reps: usize|
-         -> Result<f64> {
-            let mut us = Vec::new();
-            for rep in 0..reps {
-                let done = fused.updates();
-                let plan: Vec<_> = (0..steps)
-                    .map(|k| step(act, true, done + k as u64))
-                    .collect();
+        // Each member's blocks on the grid barrier, then (where the device can) one cluster:
+        // side by side, same network and ring.
+        for clusters in [false, true] {
+            kernel.set_clusters(clusters);
+            let sync = if kernel.runs_in_clusters(ctx)? {
+                "cluster"
+            } else {
+                "grid"
+            };
+            if clusters && sync == "grid" {
+                continue;
+            }
+            let mut parts = Vec::new();
+            let mut timed = |kernel: &mut EpochKernel,
+                             act: bool,
+                             fused: &mut FusedDqn,
+                             reps: usize|
+             -> Result<f64> {
+                let mut us = Vec::new();
+                for rep in 0..reps {
+                    let done = fused.updates();
+                    let plan: Vec<_> = (0..steps)
+                        .map(|k| step(act, true, done + k as u64))
+                        .collect();
+                    ctx.synchronize()?;
+                    let t0 = Instant::now();
+                    launch(kernel, &plan, fused)?;
+                    ctx.synchronize()?;
+                    us.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
+                    fused.take_stats()?;
+                    if rep + 1 == reps && reps > 1 {
+                        parts.push((act, kernel.step_times(ctx, steps)?));
+                    }
+                }
+                Ok(summarize(&mut us).0)
+            };
+            timed(&mut kernel, false, &mut fused, 1)?;
+            let update_us = timed(&mut kernel, false, &mut fused, 5)?;
+            let step_us = timed(&mut kernel, true, &mut fused, 5)?;
+            let mut single = Vec::new();
+            for _ in 0..steps.min(200) {
+                let plan = [step(false, true, fused.updates())];
                 ctx.synchronize()?;
                 let t0 = Instant::now();
-                launch(kernel, &plan, fused)?;
+                launch(&mut kernel, &plan, &mut fused)?;
                 ctx.synchronize()?;
-                us.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
-                fused.take_stats()?;
-                if rep + 1 == reps && reps > 1 {
-                    parts.push((act, kernel.step_times(ctx, steps)?));
-                }
+                single.push(t0.elapsed().as_secs_f64() * 1e6);
             }
-            Ok(summarize(&mut us).0)
-        };
-        timed(&mut kernel, false, &mut fused, 1)?;
-        let update_us = timed(&mut kernel, false, &mut fused, 5)?;
-        let step_us = timed(&mut kernel, true, &mut fused, 5)?;
-        let mut single = Vec::new();
-        for _ in 0..steps.min(200) {
-            let plan = [step(false, true, fused.updates())];
-            ctx.synchronize()?;
-            let t0 = Instant::now();
-            launch(&mut kernel, &plan, &mut fused)?;
-            ctx.synchronize()?;
-            single.push(t0.elapsed().as_secs_f64() * 1e6);
+            let stats = fused.take_stats()?;
+            anyhow::ensure!(
+                stats.iter().all(|r| r.first_non_finite().is_none()),
+                "non-finite statistics"
+            );
+            let (single_us, _) = summarize(&mut single);
+            println!(
+                "{batch:>6} {:>7} {sync:>8} {update_us:>16.1} {step_us:>16.1} {single_us:>18.1}",
+                kernel.blocks()
+            );
+            breakdown.push((batch, sync, parts));
         }
-        let stats = fused.take_stats()?;
-        anyhow::ensure!(
-            stats.iter().all(|r| r.first_non_finite().is_none()),
-            "non-finite statistics"
-        );
-        let (single_us, _) = summarize(&mut single);
-        println!(
-            "{batch:>6} {:>7} {update_us:>16.1} {step_us:>16.1} {single_us:>18.1}",
-            kernel.blocks()
-        );
-        breakdown.push((batch, parts));
     }
     println!(
         "device timestamps, us per step (block 0): collect = act + env step + ring write + wait for every block; sample and forward: the block's first chunk; backward: its backward, then the block's other chunks"
     );
     println!(
-        "{:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "batch", "act", "collect", "sample", "forward", "backward", "reduce", "adam", "sync"
+        "{:>6} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "batch",
+        "barrier",
+        "act",
+        "collect",
+        "sample",
+        "forward",
+        "backward",
+        "reduce",
+        "adam",
+        "sync"
     );
-    for (batch, parts) in breakdown {
+    for (batch, sync, parts) in breakdown {
         for (act, t) in parts {
             let us = |ms: f64| ms * 1e3 / updates.max(1) as f64;
             println!(
-                "{batch:>6} {:>7} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                "{batch:>6} {sync:>8} {:>7} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
                 if act { "yes" } else { "no" },
                 us(t.collect),
                 us(t.sample),

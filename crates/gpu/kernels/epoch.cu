@@ -13,7 +13,11 @@
 // other block. A member's blocks meet at a grid barrier of their own only where data crosses
 // between them: the replay rows every block samples from, the weight gradients (each group's
 // rows summed into its slot; each parameter slice then summed over the slots in group order),
-// the gradient norm, and the updated weights. Every sum runs in a fixed order that depends on
+// the gradient norm, and the updated weights. Where the host launches a member's blocks as one
+// thread-block cluster (Hopper and later, at most 16 blocks), they meet at the cluster's
+// hardware barrier instead, and each block stores its slice of the updated weights into every
+// block's shared copy as it computes them, instead of every block reloading all of them after
+// the barrier: the same sums, in the same order, so the same bits. Every sum runs in a fixed order that depends on
 // the groups, never on G or on the other members: a launch repeats itself exactly, one launch
 // of S steps equals S launches of one step, and a member of a population equals the same agent
 // trained alone.
@@ -759,6 +763,15 @@ __device__ float sum_parts(const float* v, u32 stride, u32 G, float* red) {
     return total;
 }
 
+// A member's blocks meet: at their cluster's barrier where they are one cluster, else at their
+// grid barrier.
+__device__ __forceinline__ void member_barrier(u32* bar, u32 G, bool clustered) {
+    if (clustered)
+        cluster_barrier();
+    else
+        blocks_barrier(bar, G);
+}
+
 // Threads a block: foxhunt-memory reads the launch bounds back from the compiled kernel. More
 // threads a block hide more latency on the multiprocessor a block has to itself, but cap the
 // registers a thread (65,536 a multiprocessor).
@@ -782,6 +795,9 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
     __shared__ Seg segs[MAX_CHUNK];
     const u32 G = gridDim.x, g = blockIdx.x;
     const u64 P = n_params;
+    // A member's blocks are one cluster where the host launched them so (blockIdx.x is then
+    // the block's rank in it).
+    const bool clustered = G > 1 && cluster_blocks() == G;
     // The member's words and the layout words in shared memory: every pass reads the layout,
     // layer by layer.
     __shared__ Member mb;
@@ -901,7 +917,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             continue;
         }
         // The ring rows of every block are written before any block samples.
-        blocks_barrier(mb.bar, G);
+        member_barrier(mb.bar, G, clustered);
         stamp(s, 1);
 
         // The block's groups of batch rows, chunk by chunk (whole groups while they fit, a
@@ -1013,7 +1029,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             stamp(s, 3);
         }
         stamp(s, 4);
-        blocks_barrier(mb.bar, G);
+        member_barrier(mb.bar, G, clustered);
 
         // The block's slices of the parameters: gradients summed over the slots in group
         // order, and each slice's sum of squares.
@@ -1024,7 +1040,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             float sq = block_sumsq(mb.grads + q0, q1 - q0, red);
             if (threadIdx.x == 0) mb.norm_part[grp] = sq;
         }
-        blocks_barrier(mb.bar, G);
+        member_barrier(mb.bar, G, clustered);
 
         // The norm from the slices' parts in group order; Adam and the target update on the
         // block's slices.
@@ -1067,17 +1083,27 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
                     mb.online[i] = pv[k];
                     mb.m1g[i] = mv[k];
                     mb.m2g[i] = vv[k];
-                    if (sync == 1) mb.target[i] = pv[k];
-                    else if (sync == 2) mb.target[i] = polyak_one(pv[k], tv[k], tau);
+                    if (sync == 2) tv[k] = polyak_one(pv[k], tv[k], tau);
+                    else if (sync == 1) tv[k] = pv[k];
+                    if (sync) mb.target[i] = tv[k];
+                    // Stored into every block's copy here, while Adam's loads are in flight
+                    // (a copy of the slice after the loop measured slower).
+                    if (clustered)
+                        for (u32 r = 0; r < G; ++r) {
+                            cluster_store(wo + i, r, pv[k]);
+                            if (sync) cluster_store(wt + i, r, tv[k]);
+                        }
                 }
             }
         }
         __syncthreads();
         stamp(s, 6);
-        blocks_barrier(mb.bar, G);
-        load_net(wo, mb.online, P);
-        if (sync) load_net(wt, mb.target, P);
-        __syncthreads();
+        member_barrier(mb.bar, G, clustered);
+        if (!clustered) {
+            load_net(wo, mb.online, P);
+            if (sync) load_net(wt, mb.target, P);
+            __syncthreads();
+        }
         stamp(s, 7);
     }
 }

@@ -1,6 +1,8 @@
 // Barriers between the blocks of one launch, for kernels whose blocks are all resident at once
 // (cooperative launches): the one-launch epoch's grid barrier and the evaluation stitch's team
-// barrier are the same code over a different set of blocks.
+// barrier are the same code over a different set of blocks. And, on Hopper and later, the
+// hardware barrier and shared-memory stores of a thread-block cluster, which the one-launch epoch
+// uses instead where a member's blocks are one cluster.
 
 // A barrier of `blocks` blocks sharing `bar` (two words, zero when first used, 8-byte aligned):
 // arrivals counted in bar[0], the generation in bar[1], both one 64-bit word so that an arrival
@@ -31,4 +33,43 @@ __device__ void blocks_barrier(unsigned int* bar, unsigned int blocks) {
         }
     }
     __syncthreads();
+}
+
+// Blocks of this block's thread-block cluster: 1 in a launch without clusters, or before Hopper.
+__device__ __forceinline__ unsigned int cluster_blocks() {
+#if __CUDA_ARCH__ >= 900
+    unsigned int n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+#else
+    return 1;
+#endif
+}
+
+// Every thread of every block of the cluster meets here (all must call it). Writes made before
+// it, to global or to any block's shared memory, are seen after it by every thread of the
+// cluster (release and acquire at cluster scope); global data written by another block is
+// still read through L2 (__ldcg), as after blocks_barrier.
+__device__ __forceinline__ void cluster_barrier() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+    __trap();  // no clusters: callers check cluster_blocks() first
+#endif
+}
+
+// Stores v at p's place (p in this block's shared memory) in the shared memory of block `rank`
+// of the cluster, whose layout is this block's.
+__device__ __forceinline__ void cluster_store(const float* p, unsigned int rank, float v) {
+#if __CUDA_ARCH__ >= 900
+    unsigned long long local;
+    unsigned int remote;
+    asm volatile("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(p));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote) : "r"((unsigned int)local), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(v) : "memory");
+#else
+    __trap();
+#endif
 }

@@ -203,6 +203,19 @@ impl GpuContext {
         )
     }
 
+    /// Whether the device launches thread-block clusters (Hopper and later).
+    pub fn cluster_launch(&self) -> Result<bool, GpuError> {
+        self.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)
+            .map(|v| v != 0)
+    }
+
+    /// Makes the context current on this thread, for a call to the driver itself.
+    pub(crate) fn bind(&self) -> Result<(), GpuError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(GpuError::driver("binding the context"))
+    }
+
     fn attribute(&self, a: cudarc::driver::sys::CUdevice_attribute) -> Result<u32, GpuError> {
         self.ctx
             .attribute(a)

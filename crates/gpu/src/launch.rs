@@ -1,7 +1,9 @@
 //! Kernel launches: a function of a compiled module, its arguments pushed in the order of its
 //! CUDA signature, and the grid.
 
-use cudarc::driver::{CudaFunction, LaunchArgs, LaunchConfig, PushKernelArg};
+use std::ffi::c_void;
+
+use cudarc::driver::{CudaFunction, LaunchArgs, LaunchConfig, PushKernelArg, sys};
 
 use crate::buffer::{DeviceBuffer, Elem};
 use crate::{GpuContext, GpuError};
@@ -56,6 +58,58 @@ impl Kernel {
                 self.name
             )))
     }
+    /// How many thread-block clusters of `blocks` blocks (each of `threads` threads and
+    /// `shared_bytes` of dynamic shared memory) the device runs at once: 0 where it runs none (a
+    /// device without cluster launches, or clusters larger than its processing clusters hold).
+    /// Clusters of more than 8 blocks (the portable size) are allowed to this kernel first.
+    pub fn max_clusters(
+        &self,
+        ctx: &GpuContext,
+        blocks: u32,
+        threads: u32,
+        shared_bytes: u32,
+    ) -> Result<u32, GpuError> {
+        if blocks == 0 || !ctx.cluster_launch()? {
+            return Ok(0);
+        }
+        if blocks > 8 {
+            self.f
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                    1,
+                )
+                .map_err(GpuError::driver(format!(
+                    "allowing clusters of {blocks} blocks to {}",
+                    self.name
+                )))?;
+        }
+        let mut attr = cluster_attribute(blocks);
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: blocks,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared_bytes,
+            hStream: ctx.stream().cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: `n`, `cfg` and the attribute `cfg` points at are live locals; the function
+        // handle belongs to a module its context keeps loaded while `self` lives.
+        let r = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, self.f.cu_function(), &cfg) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => Ok(n.max(0) as u32),
+            // More blocks than a processing cluster of this device holds: it runs none.
+            sys::CUresult::CUDA_ERROR_INVALID_CLUSTER_SIZE => Ok(0),
+            e => Err(GpuError::driver(format!(
+                "asking how many clusters of {blocks} blocks of {} run at once",
+                self.name
+            ))(cudarc::driver::DriverError(e))),
+        }
+    }
     /// How many blocks of `threads` threads and `shared_bytes` of dynamic shared memory one
     /// multiprocessor holds at once.
     pub fn blocks_per_sm(&self, threads: u32, shared_bytes: u32) -> Result<u32, GpuError> {
@@ -104,10 +158,27 @@ impl Grid {
     }
 }
 
+/// The launch attribute that makes a launch's blocks clusters of `blocks` along x.
+fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
+    // SAFETY: the attribute is plain data (ids, integers, a union of plain data); all zeros is
+    // a valid value of it, completed below.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = blocks;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    attr
+}
+
 /// One launch being put together: arguments in the order of the kernel's signature.
 pub struct Launch<'a> {
     args: LaunchArgs<'a>,
     name: &'static str,
+    ctx: &'a GpuContext,
+    f: &'a CudaFunction,
+    /// The addresses of the arguments, for a launch through the driver itself (clusters, which
+    /// cudarc does not launch); `None` once a buffer is pushed (only values are kept so).
+    values: Option<Vec<*mut c_void>>,
 }
 
 impl GpuContext {
@@ -116,6 +187,9 @@ impl GpuContext {
         Launch {
             args: self.stream().launch_builder(&kernel.f),
             name: kernel.name,
+            ctx: self,
+            f: &kernel.f,
+            values: Some(Vec::new()),
         }
     }
 }
@@ -124,16 +198,21 @@ impl<'a> Launch<'a> {
     /// A buffer the kernel reads (`const T*`).
     pub fn input<T>(mut self, b: &'a DeviceBuffer<T>) -> Self {
         self.args.arg(b.raw());
+        self.values = None;
         self
     }
     /// A buffer the kernel writes (`T*`).
     pub fn output<T>(mut self, b: &'a mut DeviceBuffer<T>) -> Self {
         self.args.arg(b.raw_mut());
+        self.values = None;
         self
     }
     /// A scalar argument.
     pub fn value<T: Elem>(mut self, v: &'a T) -> Self {
         self.args.arg(v);
+        if let Some(values) = self.values.as_mut() {
+            values.push(v as *const T as *mut c_void);
+        }
         self
     }
     /// Queues the launch as a cooperative launch: every block of `grid` is resident at once, so
@@ -165,6 +244,55 @@ impl<'a> Launch<'a> {
                 "launching {} (cooperative, {} x {rows} blocks)",
                 self.name, grid.blocks
             )))
+    }
+
+    /// Queues the launch with `rows` rows of `grid.blocks` blocks (blockIdx.y is the row), each
+    /// row one thread-block cluster: its blocks run at once and may meet at the cluster's
+    /// barrier and write each other's shared memory. The arguments must all be values (buffers
+    /// passed as their addresses): a buffer pushed is a programmer's error (panics). Check
+    /// [`Kernel::max_clusters`] first: the driver refuses clusters the device cannot hold.
+    /// Asynchronous.
+    ///
+    /// # Safety
+    /// As [`Launch::run`], for the whole grid of rows.
+    pub unsafe fn run_clusters(self, grid: Grid, rows: u32) -> Result<(), GpuError> {
+        let mut values = self
+            .values
+            .expect("a clustered launch takes values only (buffers as their addresses)");
+        let mut attr = cluster_attribute(grid.blocks);
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: grid.blocks,
+            gridDimY: rows,
+            gridDimZ: 1,
+            blockDimX: grid.threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: grid.shared_bytes,
+            hStream: self.ctx.stream().cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let what = || {
+            format!(
+                "launching {} ({} x {rows} blocks in clusters of {})",
+                self.name, grid.blocks, grid.blocks
+            )
+        };
+        self.ctx.bind()?;
+        // SAFETY: `values` holds the address of every argument, in the kernel's order (only
+        // values were pushed, each borrowed for 'a, so alive here); `cfg` and its attribute are
+        // live locals; the function belongs to a module its context keeps loaded; the caller's
+        // contract covers what the kernel reads and writes.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &cfg,
+                self.f.cu_function(),
+                values.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| GpuError::driver(what())(e))
     }
 
     /// Queues the launch on the stream (asynchronous).

@@ -1,5 +1,5 @@
 //! The one-launch epoch: every step of a training epoch (act, environment step and replay write,
-//! sample, the DQN update, the target update) in one cooperative kernel, for one agent
+//! sample, the DQN update, the target update) in one persistent kernel, for one agent
 //! ([`EpochKernel::run`]) or a population of agents side by side ([`EpochPopulation`]);
 //! foxhunt-gpu's kernels/epoch.cu says how the work is split. The values that change from step
 //! to step come from a table the host fills once per epoch ([`PlannedStep`]); nothing else
@@ -222,6 +222,40 @@ pub struct EpochKernel {
     max_steps: usize,
     /// Blocks of the kernel the device holds at once.
     resident: usize,
+    /// Whether a launch's members may each be a thread-block cluster ([`EpochKernel::set_clusters`]).
+    clusters: bool,
+}
+
+/// The most blocks of a member launched as one thread-block cluster (the largest cluster a
+/// Hopper device allows, with the kernel's consent to more than the portable 8).
+const MAX_CLUSTER: u32 = 16;
+
+/// Whether launches use thread-block clusters where they can, by default: yes, unless
+/// `FOXHUNT_EPOCH_CLUSTERS` is `off` (or `0`), which keeps every member on its grid barrier (to
+/// compare, or to step around a driver that mislaunches clusters).
+pub fn clusters_by_default() -> bool {
+    !matches!(
+        std::env::var("FOXHUNT_EPOCH_CLUSTERS").as_deref(),
+        Ok("off" | "0")
+    )
+}
+
+/// Whether a launch of `rows` members of `grid`'s blocks each runs them as clusters: where
+/// `allowed`, a member has 2 to [`MAX_CLUSTER`] blocks and the device runs every member's
+/// cluster at once (so a launch takes as long either way); else each member meets at its grid
+/// barrier in a cooperative launch. Either way the same bits (kernels/epoch.cu).
+fn use_clusters(
+    ctx: &GpuContext,
+    kernel: &Kernel,
+    allowed: bool,
+    grid: Grid,
+    rows: usize,
+) -> Result<bool, MemoryError> {
+    if !allowed || grid.blocks < 2 || grid.blocks > MAX_CLUSTER {
+        return Ok(false);
+    }
+    let fit = kernel.max_clusters(ctx, grid.blocks, grid.threads, grid.shared_bytes)?;
+    Ok(fit as usize >= rows)
 }
 
 /// The step tables and member words of launches, grown to the largest launch yet.
@@ -314,6 +348,7 @@ impl EpochKernel {
             times: ctx.alloc(STAMPS * max_steps.max(1))?,
             alone: Tables::new(ctx)?,
             resident,
+            clusters: clusters_by_default(),
             kernel,
             shape,
             n_env,
@@ -325,6 +360,18 @@ impl EpochKernel {
     /// Blocks of the agent's own launch.
     pub fn blocks(&self) -> u32 {
         self.grid.blocks
+    }
+
+    /// Lets launches run each member's blocks as a thread-block cluster where the device can
+    /// (`true`, [`clusters_by_default`]'s choice), or keeps them on grid barriers (`false`): the
+    /// same results, bit for bit, by other synchronization.
+    pub fn set_clusters(&mut self, on: bool) {
+        self.clusters = on;
+    }
+
+    /// Whether the agent's own launch runs its blocks as one thread-block cluster.
+    pub fn runs_in_clusters(&self, ctx: &GpuContext) -> Result<bool, MemoryError> {
+        use_clusters(ctx, &self.kernel, self.clusters, self.grid, 1)
     }
 
     /// The gradient of the latest update, flat (for tests).
@@ -485,6 +532,7 @@ impl EpochMember<'_, '_> {
             shared: Shared {
                 grid: k.grid,
                 resident: k.resident,
+                clusters: k.clusters,
                 window: [
                     ctx.address(&w.features),
                     ctx.address(&w.open),
@@ -533,6 +581,7 @@ struct PreparedMember {
 struct Shared {
     grid: Grid,
     resident: usize,
+    clusters: bool,
     window: [u64; 5],
     env: EnvScalars,
     step: StepParams,
@@ -700,6 +749,7 @@ unsafe fn launch_all(
             blocks: per,
             ..sh.grid
         };
+        let clustered = use_clusters(ctx, &m.kernel, sh.clusters, grid, set.len())?;
         let l = push_env(ctx.launch(&m.kernel), sh)
             .value(&sh.n_env)
             .value(&sh.cap_rows)
@@ -734,10 +784,17 @@ unsafe fn launch_all(
         // every value pushed here (`Shared`), so each block's shared memory is what
         // kernels/epoch.cu lays out for `chunk` rows of its member's network. A member's block
         // touches only its own environments', batch rows' and parameter slices' elements
-        // between its grid barriers, and no other member's buffers; the launch is cooperative
-        // with at most `resident` blocks in all, so every block is resident and the barriers
-        // complete; per <= slots.
-        unsafe { l.run_cooperative_rows(grid, set.len() as u32) }?;
+        // between its barriers, and no other member's buffers; the launch is cooperative with
+        // at most `resident` blocks in all, so every block is resident and the grid barriers
+        // complete, or each member's blocks are one cluster (run at once, meeting at the
+        // cluster's barrier, writing only their own cluster's shared memory); per <= slots.
+        unsafe {
+            if clustered {
+                l.run_clusters(grid, set.len() as u32)
+            } else {
+                l.run_cooperative_rows(grid, set.len() as u32)
+            }
+        }?;
         set_words += (8 * MEMBER_WORDS * set.len()) as u64;
     }
     Ok(blocks)

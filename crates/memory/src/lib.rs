@@ -49,7 +49,8 @@ pub use device::{DevicePool, DeviceWindow, GpuArena, OnStream};
 #[cfg(feature = "cuda")]
 pub use epoch::{
     EpochKernel, EpochMeeting, EpochMember, EpochPopulation, LearnRule, LearnerBuffers, NetShape,
-    PlannedStep, Seat, StepTimes, TargetSync, unsupported as epoch_unsupported,
+    PlannedStep, Seat, StepTimes, TargetSync, clusters_by_default,
+    unsupported as epoch_unsupported,
 };
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]

@@ -311,8 +311,13 @@ fn one_launch_equals_launches_of_one_step_and_repeats_itself() {
             .export_state();
         let n_env = 96;
         let p = plan(0, 40, cfg.batch_size.max(n_env * 8));
-        let run = |by_step: bool| {
+        // `clusters`: each launch's blocks one thread-block cluster where the device can, else
+        // on the grid barrier.
+        let run = |by_step: bool, clusters: bool| {
             let mut e = engine(&arena, &m, &cfg, &state, n_env, StepLoop::OneLaunch);
+            let one = e.one_launch.as_mut().expect("one launch");
+            one.kernel.set_clusters(clusters);
+            let clustered = one.kernel.runs_in_clusters(&ctx).expect("clusters");
             e.begin_epoch(7).expect("begin");
             let learned = if by_step {
                 let learned = e.plan(&p);
@@ -331,17 +336,24 @@ fn one_launch_equals_launches_of_one_step_and_repeats_itself() {
                 .map(|s| [s.loss, s.mean_q, s.td_abs_mean, s.grad_norm])
                 .collect();
             let w = e.fused.state().expect("state");
-            (learned, t, stats, w)
+            (learned, t, stats, w, clustered)
         };
-        let once = run(false);
+        let once = run(false, true);
         assert!(
             !once.0.is_empty() && once.0.len() < p.steps,
             "warm-up, then updates"
         );
+        // 16 blocks (batch 64): one cluster wherever the device launches clusters; 50 blocks
+        // (batch 200): more than a cluster holds, the grid barrier.
+        let one_cluster = cfg.batch_size == 64 && ctx.cluster_launch().expect("attribute");
+        assert_eq!(once.4, one_cluster, "the launch's blocks in a cluster");
+        let grid = run(false, false);
+        assert!(!grid.4, "clusters turned off");
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (what, other) in [
-            ("steps one by one", run(true)),
-            ("a second run", run(false)),
+            ("steps one by one", run(true, true)),
+            ("a second run", run(false, true)),
+            ("grid barriers", grid),
         ] {
             assert_eq!(once.0, other.0, "{what}: the steps that learn");
             assert_eq!(once.1, other.1, "{what}: environments, ring, batch");
