@@ -1065,7 +1065,7 @@ fn device_eval(
         .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
         .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
         .map(|(((&chunk, (label, team)), &walk), &reuse)| Variant {
-            chunk,
+            chunk: Some(chunk),
             label: label.clone(),
             team: *team,
             walk,
@@ -1073,7 +1073,7 @@ fn device_eval(
         })
         .collect();
     for v in &combos {
-        let (chunk, label, walk, reuse) = (v.chunk, &v.label, v.walk, v.reuse);
+        let (chunk, label, walk, reuse) = (v.chunk_label(), &v.label, v.walk, v.reuse);
         v.set(&mut ev)?;
         let first = if reuse { "reuse" } else { "full" };
         let targets = ev.targets(&net, split.clone())?;
@@ -1128,7 +1128,8 @@ fn device_eval(
 /// One combination of the device evaluation's settings (`bench eval`'s lists).
 #[cfg(feature = "cuda")]
 struct Variant {
-    chunk: usize,
+    /// Bars a chunk; `None`: the evaluator's choice for the networks judged.
+    chunk: Option<usize>,
     label: String,
     team: Option<foxhunt_memory::Stitch>,
     walk: u32,
@@ -1140,7 +1141,7 @@ impl Default for Variant {
     /// The evaluator's own settings.
     fn default() -> Self {
         Self {
-            chunk: foxhunt_memory::CHUNK_BARS,
+            chunk: None,
             label: "auto".into(),
             team: None,
             walk: foxhunt_memory::WALK_ROWS,
@@ -1157,6 +1158,10 @@ impl Variant {
         ev.set_walk_rows(self.walk);
         ev.set_first_layer_reuse(self.reuse);
         Ok(())
+    }
+    /// The chunk's bars as printed: `auto` for the evaluator's choice.
+    fn chunk_label(&self) -> String {
+        self.chunk.map_or_else(|| "auto".into(), |c| c.to_string())
     }
 }
 
@@ -1277,7 +1282,7 @@ fn population_eval(
             anyhow::ensure!(
                 want == together(ev)?,
                 "{k} networks together, chunks of {}, stitch {}: other metrics",
-                v.chunk,
+                v.chunk_label(),
                 v.label
             );
             let mut us: Vec<f64> = (0..reps)
@@ -1289,7 +1294,7 @@ fn population_eval(
             let kernels = kernel_us(ev, reps, &mut |ev| together(ev).map(|_| ()))?;
             println!(
                 "    {k:>3} together, chunks of {:>4} (walk rows {:>2}), stitch {:>5}: {:>10.1} us; kernels us: {kernels}",
-                v.chunk,
+                v.chunk_label(),
                 v.walk,
                 v.label,
                 summarize(&mut us).0

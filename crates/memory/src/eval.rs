@@ -91,9 +91,29 @@ pub fn unsupported_env(env: &EnvConfig) -> Option<String> {
 const ROWS: usize = 4;
 /// Threads of eval_flat's block at most (EVAL_THREADS_MAX).
 const THREADS_MAX: u32 = 512;
-/// Bars of a chunk that one warp walks from a flat start (eval_chunks), by default: short
-/// chunks shorten the walks, long ones leave the stitch fewer chunk starts to mend.
+/// Bars of a chunk that one warp walks from a flat start (eval_chunks), by default for one
+/// network: short chunks shorten the walks, long ones leave the stitch fewer chunk starts to
+/// mend.
 pub const CHUNK_BARS: usize = 64;
+
+/// Chunk walks a multiprocessor takes, about, when many networks are judged together.
+const CHUNKS_PER_SM: usize = 64;
+/// The longest chunk the evaluator chooses.
+const MAX_CHUNK_BARS: usize = 4096;
+
+/// Bars of a chunk when `networks` networks judge a split of `bars` bars together on a device
+/// of `sms` multiprocessors, by default: [`CHUNK_BARS`], or longer where the networks' chunk
+/// walks would be more than [`CHUNKS_PER_SM`] a multiprocessor (up to [`MAX_CHUNK_BARS`]). Once
+/// the walks fill the device, every chunk start the stitch mends is work on top: on the H200 a
+/// month of 27,859 bars was judged by 64 networks in 19.0 ms with chunks of 256 bars against
+/// 20.6 with 64, by 256 networks in 61.1 ms with 1,024 against 74.4; a month of 8,198 bars by
+/// 64 networks in 6.8 ms with 64 against 7.3 with 256 (docs/PERFORMANCE.md, #16). Every value
+/// gives the same decisions.
+pub fn chunk_bars_for(networks: usize, bars: usize, sms: usize) -> usize {
+    (networks * bars)
+        .div_ceil(CHUNKS_PER_SM * sms.max(1))
+        .clamp(CHUNK_BARS, MAX_CHUNK_BARS)
+}
 /// Threads of a chunk walk's block (eval_chunks): small, so that every chunk's block is resident
 /// at once.
 const WALK_THREADS: u32 = 128;
@@ -223,7 +243,8 @@ pub struct DeviceEvaluator<'a> {
     /// The first row of every session of the window.
     session_rows: Vec<usize>,
     tables: Option<SplitTables>,
-    chunk_bars: usize,
+    /// Bars a chunk, where set (measuring); else [`chunk_bars_for`] the networks and split.
+    chunk_bars: Option<usize>,
     chain_only: bool,
     /// Timestamps between the kernels, when asked for (measuring).
     marks: Option<EventMarks>,
@@ -470,7 +491,7 @@ impl<'a> DeviceEvaluator<'a> {
             env: env.clone(),
             session_rows,
             tables: None,
-            chunk_bars: CHUNK_BARS,
+            chunk_bars: None,
             chain_only: false,
             marks: None,
             members: ctx.alloc(0)?,
@@ -478,10 +499,10 @@ impl<'a> DeviceEvaluator<'a> {
         })
     }
 
-    /// Bars per chunk of the walk (for measuring; [`CHUNK_BARS`] by default). Every value
-    /// gives the same decisions.
-    pub fn set_chunk_bars(&mut self, bars: usize) {
-        self.chunk_bars = bars.max(1);
+    /// Bars per chunk of the walk (for measuring; `None`: [`chunk_bars_for`] the networks
+    /// judged and the split, the default). Every value gives the same decisions.
+    pub fn set_chunk_bars(&mut self, bars: Option<usize>) {
+        self.chunk_bars = bars.map(|b| b.max(1));
     }
 
     /// The stitch's teams (for measuring and tests; `None`: [`Stitch::auto`], the default).
@@ -635,12 +656,15 @@ impl<'a> DeviceEvaluator<'a> {
     /// The split's sessions and chunks on the device (kept while the split and chunk size stay),
     /// and room for `members` evaluations of it.
     fn prepare(&mut self, split: &Range<usize>, members: usize) -> Result<(), MemoryError> {
+        let bars = self
+            .chunk_bars
+            .unwrap_or_else(|| chunk_bars_for(members, split.len(), self.sms as usize));
         if self
             .tables
             .as_ref()
-            .is_none_or(|t| t.split != *split || t.chunk_bars != self.chunk_bars)
+            .is_none_or(|t| t.split != *split || t.chunk_bars != bars)
         {
-            self.make_tables(split)?;
+            self.make_tables(split, bars)?;
         }
         let t = self.tables.as_ref().expect("made above");
         let (ctx, n) = (&self.ctx, split.len() * members);
@@ -659,8 +683,8 @@ impl<'a> DeviceEvaluator<'a> {
         self.book.fit(ctx, n, sessions, members)
     }
 
-    /// The split's session and chunk tables, written to the device.
-    fn make_tables(&mut self, split: &Range<usize>) -> Result<(), MemoryError> {
+    /// The split's session and chunk tables (chunks of `bars` bars), written to the device.
+    fn make_tables(&mut self, split: &Range<usize>, bars: usize) -> Result<(), MemoryError> {
         // Sessions cut by the split's edges keep the part inside.
         let mut starts = vec![split.start as u32];
         starts.extend(
@@ -676,7 +700,7 @@ impl<'a> DeviceEvaluator<'a> {
             first_chunk.push(c_start.len() as u32);
             let mut t = s;
             while t < e {
-                let u = e.min(t + self.chunk_bars as u32);
+                let u = e.min(t + bars as u32);
                 c_start.push(t);
                 c_end.push(u);
                 t = u;
@@ -701,7 +725,7 @@ impl<'a> DeviceEvaluator<'a> {
         self.ctx.write(&mut self.chunk_end, &c_end)?;
         self.tables = Some(SplitTables {
             split: split.clone(),
-            chunk_bars: self.chunk_bars,
+            chunk_bars: bars,
             sessions: starts.len() as u32,
             chunks: c_start.len() as u32,
         });
@@ -1220,6 +1244,29 @@ fn params<'l>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_lengthen_once_the_walks_fill_the_device_and_stay_bounded() {
+        // One network, or a few over a month, on the H200's 132 multiprocessors: the default.
+        for (k, bars) in [(0, 27_859), (1, 27_859), (16, 27_859), (64, 8_198), (1, 0)] {
+            assert_eq!(chunk_bars_for(k, bars, 132), CHUNK_BARS, "{k} x {bars}");
+        }
+        // Many: about 64 walks a multiprocessor.
+        let b = chunk_bars_for(64, 27_859, 132);
+        assert!((200..=256).contains(&b), "{b}");
+        assert!(64 * 27_859usize.div_ceil(b) <= CHUNKS_PER_SM * 132 + 64);
+        assert!(chunk_bars_for(256, 27_859, 132) > 4 * CHUNK_BARS);
+        // Fewer multiprocessors: longer chunks, never past the bound; no device count: one.
+        assert!(chunk_bars_for(64, 27_859, 16) > b);
+        assert_eq!(chunk_bars_for(100_000, 27_859, 132), MAX_CHUNK_BARS);
+        assert_eq!(chunk_bars_for(1_000, 27_859, 0), MAX_CHUNK_BARS);
+        let mut last = 0;
+        for k in 0..2000 {
+            let c = chunk_bars_for(k, 27_859, 132);
+            assert!(c >= last, "{k} networks: {c} bars after {last}");
+            last = c;
+        }
+    }
 
     #[test]
     fn stitch_teams_share_the_device_among_sessions_and_are_bounded() {

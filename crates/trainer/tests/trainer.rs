@@ -942,7 +942,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                     (300, 5, team(8, 32), true, true),
                     (foxhunt_memory::CHUNK_BARS, 2, team(2, 5), false, false),
                 ] {
-                    ev.set_chunk_bars(chunk);
+                    ev.set_chunk_bars(Some(chunk));
                     ev.set_walk_rows(walk);
                     ev.set_stitch(stitch).expect("stitch");
                     ev.set_first_layer_reuse(reuse);
@@ -962,7 +962,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                          device metrics"
                     );
                 }
-                ev.set_chunk_bars(foxhunt_memory::CHUNK_BARS);
+                ev.set_chunk_bars(None);
                 ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
                 ev.set_stitch(None).expect("stitch");
                 ev.set_first_layer_reuse(true);
@@ -1093,6 +1093,32 @@ fn on_the_gpu_networks_judged_together_equal_each_judged_alone() {
             }
         }
         ev.set_stitch(None).expect("stitch");
+        // Enough networks that the evaluator's own chunks are longer (foxhunt-memory's
+        // chunk_bars_for): the same decisions and metrics as each alone.
+        let sms = ctx.sm_count().expect("multiprocessors") as usize;
+        let k = (1..4096)
+            .find(|&k| {
+                foxhunt_memory::chunk_bars_for(k, split.len(), sms)
+                    >= 2 * foxhunt_memory::CHUNK_BARS
+            })
+            .expect("a population with longer chunks");
+        let many: Vec<NetOnDevice<'_>> = nets.iter().cycle().take(k).copied().collect();
+        let together = ev.targets_all(&many, split.clone()).expect("together");
+        let judged = ev
+            .judge_all(&many, split.clone(), capital)
+            .expect("together");
+        for (i, (t, m)) in together.iter().zip(&judged).enumerate() {
+            let j = i % nets.len();
+            assert_eq!(
+                *t, alone_targets[j],
+                "{split:?}: network {i} of {k}, decisions"
+            );
+            assert_eq!(
+                format!("{m:?}"),
+                alone[j],
+                "{split:?}: network {i} of {k}, metrics"
+            );
+        }
         // Alone again after judging together: the buffers grown for the population change
         // nothing.
         assert_eq!(
