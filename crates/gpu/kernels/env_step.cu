@@ -27,7 +27,8 @@ __device__ __forceinline__ void step_one(
     double multiplier, double cost_per_side, double slippage_price, u32 episode_steps, double reward_scale,
     double risk_penalty, int flatten_at_close,
     u32* t_arr, int* pos_arr, double* entry_arr, u32* steps_arr, u32* episode_arr,
-    const unsigned char* actions, float* obs, float* rewards, unsigned char* dones, u32 i, const Ring* ring) {
+    const unsigned char* actions, float* obs, float* rewards, unsigned char* dones, u32 i, const Ring* ring,
+    bool observe_next) {
     Market m = {features, open, close, session, contract, cols};
     u32 t = t_arr[i];
     int position = pos_arr[i];
@@ -61,7 +62,11 @@ __device__ __forceinline__ void step_one(
     }
     t_arr[i] = next_t; pos_arr[i] = new_pos; entry_arr[i] = new_entry; steps_arr[i] = steps; episode_arr[i] = episode;
     dones[i] = code;
-    observe(m, lookback, max_position, upnl_scale, tick_size, next_t, new_pos, new_entry, obs + (size_t)i * (lookback * cols + 2), 0, 1);
+    // The one-launch epoch observes its block's environments afterwards, many threads to one
+    // environment (observe_next false): one thread's loads of the look-back rows, one after
+    // another, took about 3 of the 12 us its agent's acting took a step.
+    if (observe_next)
+        observe(m, lookback, max_position, upnl_scale, tick_size, next_t, new_pos, new_entry, obs + (size_t)i * (lookback * cols + 2), 0, 1);
 }
 
 #define ENV_STEP_PARAMS \
@@ -79,7 +84,7 @@ __device__ __forceinline__ void step_one(
 extern "C" __global__ void env_step(ENV_STEP_PARAMS) {
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    step_one(ENV_STEP_ARGS, i, 0);
+    step_one(ENV_STEP_ARGS, i, 0, true);
 }
 
 // env_step that also writes the replay row of this step (ring rows hold n slots each).
@@ -89,5 +94,5 @@ extern "C" __global__ void env_step_record(ENV_STEP_PARAMS,
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     Ring ring = {r_t, r_pos, r_entry, r_action, r_reward, r_done, row_base};
-    step_one(ENV_STEP_ARGS, i, &ring);
+    step_one(ENV_STEP_ARGS, i, &ring, true);
 }
