@@ -437,8 +437,21 @@ pub fn compile_check(module: Module, arch: &str) -> Result<CompileCheck, GpuErro
     let mut options = compile_options(arch);
     // Only ptxas's report: the CUBIN is the one a context builds.
     options.push("--ptxas-options=-v".to_owned());
+    // NVRTC 12.9 and later may answer a compile it has seen from a cache of its own, without
+    // running ptxas: no resource lines and no compile time (seen with NVRTC 13 on the H200 host).
+    // A variable no other compile declares makes this compile new; it changes no function.
+    static CHECKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let source = format!(
+        "{}\n__device__ int foxhunt_compile_check_{}_{nonce}_{};\n",
+        module.source()?,
+        std::process::id(),
+        CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let start = std::time::Instant::now();
-    let (cubin, log) = compile_cubin(module, &module.source()?, &options)?;
+    let (cubin, log) = compile_cubin(module, &source, &options)?;
     // A function's lines follow its "Function properties for NAME": joined into one line each.
     let mut resources: Vec<String> = Vec::new();
     for line in log.lines() {
