@@ -910,20 +910,16 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
                          flatten_at_close, mb.t_arr, mb.pos_arr, mb.entry_arr, mb.steps_arr,
                          mb.episode_arr, mb.env_actions, mb.env_obs, mb.rewards, mb.dones, e,
                          &ring, false);
-            // Their next observations, by the whole block (what step_one would write, the
-            // same values: the environments' new state read back from memory). Inline: out of
-            // line it measured slower.
+            // Their next observations, by the whole block: a team of lanes an environment
+            // (env.cuh's observe, what step_one would write, from the environments' new state
+            // read back from memory). Inline: out of line it measured slower.
             __syncthreads();
-            const u32 feats = lookback * cols;
-            for (u32 k = threadIdx.x; k < (e1 - e0) * dim; k += blockDim.x) {
-                const u32 e = e0 + k / dim, j = k % dim;
-                const u32 t = mb.t_arr[e];
-                float* out = mb.env_obs + (u64)e * dim;
-                if (j < feats)
-                    out[j] = lookback_feature(mk, lookback, t, j);
-                else if (j == feats)
-                    observe_state(mk, max_position, upnl_scale, tick_size, t, mb.pos_arr[e],
-                                  mb.entry_arr[e], out + feats);
+            const u32 envs = e1 - e0, lanes = max(1u, blockDim.x / max(1u, envs));
+            for (u32 k = threadIdx.x; k < envs * lanes; k += blockDim.x) {
+                const u32 e = e0 + k / lanes;
+                observe(mk, lookback, max_position, upnl_scale, tick_size, mb.t_arr[e],
+                        mb.pos_arr[e], mb.entry_arr[e], mb.env_obs + (u64)e * dim, k % lanes,
+                        lanes);
             }
         }
         if (!st[ST_LEARN]) {
