@@ -365,10 +365,7 @@ fn dqn_fused(updates: usize) -> Result<()> {
         ctx.synchronize()?;
         let pipelined = t0.elapsed().as_secs_f64() * 1e6 / updates as f64;
         let stats = engine.take_stats()?;
-        anyhow::ensure!(
-            stats.iter().all(|r| r.first_non_finite().is_none()),
-            "non-finite statistics"
-        );
+        ensure_finite(&stats)?;
         let (med, min) = summarize(&mut each);
         println!(
             "{:>9} {batch:>6} {med:>14.1} {min:>14.1} {pipelined:>14.1}",
@@ -490,10 +487,7 @@ fn dqn_one_launch(w: &BenchWindow<'_, '_>, updates: usize, batch_rows: usize) ->
                 single.push(t0.elapsed().as_secs_f64() * 1e6);
             }
             let stats = fused.take_stats()?;
-            anyhow::ensure!(
-                stats.iter().all(|r| r.first_non_finite().is_none()),
-                "non-finite statistics"
-            );
+            ensure_finite(&stats)?;
             let (single_us, _) = summarize(&mut single);
             println!(
                 "{batch:>6} {:>7} {sync:>8} {update_us:>16.1} {step_us:>16.1} {single_us:>18.1}",
@@ -534,6 +528,16 @@ fn dqn_one_launch(w: &BenchWindow<'_, '_>, updates: usize, batch_rows: usize) ->
             );
         }
     }
+    Ok(())
+}
+
+/// Fails where an update's statistics are not finite (a benchmark that diverged times nothing).
+#[cfg(feature = "cuda")]
+fn ensure_finite(stats: &[foxhunt_dqn::UpdateStats]) -> Result<()> {
+    anyhow::ensure!(
+        stats.iter().all(|r| r.first_non_finite().is_none()),
+        "non-finite statistics"
+    );
     Ok(())
 }
 
@@ -660,10 +664,7 @@ fn dqn_population(w: &BenchWindow<'_, '_>, updates: usize, members: &[usize]) ->
             drop(launch);
             for a in agents.iter_mut() {
                 let stats = a.fused.take_stats()?;
-                anyhow::ensure!(
-                    stats.iter().all(|r| r.first_non_finite().is_none()),
-                    "non-finite statistics"
-                );
+                ensure_finite(&stats)?;
             }
             Ok(us)
         };

@@ -58,17 +58,12 @@ impl Kernel {
                 self.name
             )))
     }
-    /// How many thread-block clusters of `blocks` blocks (each of `threads` threads and
-    /// `shared_bytes` of dynamic shared memory) the device runs at once: 0 where it runs none (a
+    /// How many thread-block clusters of `grid`'s blocks (each of its threads and dynamic shared
+    /// memory) the device runs at once: 0 where it runs none (a
     /// device without cluster launches, or clusters larger than its processing clusters hold).
     /// Clusters of more than 8 blocks (the portable size) are allowed to this kernel first.
-    pub fn max_clusters(
-        &self,
-        ctx: &GpuContext,
-        blocks: u32,
-        threads: u32,
-        shared_bytes: u32,
-    ) -> Result<u32, GpuError> {
+    pub fn max_clusters(&self, ctx: &GpuContext, grid: Grid) -> Result<u32, GpuError> {
+        let blocks = grid.blocks;
         if blocks == 0 || !ctx.cluster_launch()? {
             return Ok(0);
         }
@@ -84,18 +79,7 @@ impl Kernel {
                 )))?;
         }
         let mut attr = cluster_attribute(blocks);
-        let cfg = sys::CUlaunchConfig {
-            gridDimX: blocks,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: threads,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: shared_bytes,
-            hStream: ctx.stream().cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
+        let cfg = cluster_config(ctx, grid, 1, &mut attr);
         let mut n: std::ffi::c_int = 0;
         // SAFETY: `n`, `cfg` and the attribute `cfg` points at are live locals; the function
         // handle belongs to a module its context keeps loaded while `self` lives.
@@ -168,6 +152,28 @@ fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
     attr.value.clusterDim.y = 1;
     attr.value.clusterDim.z = 1;
     attr
+}
+
+/// The driver's launch configuration of `rows` rows of `grid` on `ctx`'s stream, each row one
+/// cluster as `attr` (from [`cluster_attribute`]) says.
+fn cluster_config(
+    ctx: &GpuContext,
+    grid: Grid,
+    rows: u32,
+    attr: &mut sys::CUlaunchAttribute,
+) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: grid.blocks,
+        gridDimY: rows,
+        gridDimZ: 1,
+        blockDimX: grid.threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: grid.shared_bytes,
+        hStream: ctx.stream().cu_stream(),
+        attrs: attr,
+        numAttrs: 1,
+    }
 }
 
 /// One launch being put together: arguments in the order of the kernel's signature.
@@ -260,18 +266,7 @@ impl<'a> Launch<'a> {
             .values
             .expect("a clustered launch takes values only (buffers as their addresses)");
         let mut attr = cluster_attribute(grid.blocks);
-        let cfg = sys::CUlaunchConfig {
-            gridDimX: grid.blocks,
-            gridDimY: rows,
-            gridDimZ: 1,
-            blockDimX: grid.threads,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: grid.shared_bytes,
-            hStream: self.ctx.stream().cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
+        let cfg = cluster_config(self.ctx, grid, rows, &mut attr);
         let what = || {
             format!(
                 "launching {} ({} x {rows} blocks in clusters of {})",

@@ -254,7 +254,7 @@ fn use_clusters(
     if !allowed || grid.blocks < 2 || grid.blocks > MAX_CLUSTER {
         return Ok(false);
     }
-    let fit = kernel.max_clusters(ctx, grid.blocks, grid.threads, grid.shared_bytes)?;
+    let fit = kernel.max_clusters(ctx, grid)?;
     Ok(fit as usize >= rows)
 }
 
