@@ -731,17 +731,20 @@ __device__ void load_net(float* dst, const float* src, u64 n) {
 }
 
 // out[j] = sum over h in [0, G) of part[h * stride + j], h in order, for j in [j0, j1): one
-// thread a j, IN_FLIGHT slots' loads issued before they are added.
+// thread a j, SLOTS_IN_FLIGHT slots' loads issued before they are added: an agent alone has 16
+// slots, so a parameter's sum waits one trip to L2 (8 at a time measured 0.8 us an update
+// slower on the H200, docs/PERFORMANCE.md, #13).
+#define SLOTS_IN_FLIGHT 16
 __device__ void sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1, float* out) {
     for (u64 j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         float acc = 0.0f;
-        for (u32 h = 0; h < G; h += IN_FLIGHT) {
-            float v[IN_FLIGHT];
+        for (u32 h = 0; h < G; h += SLOTS_IN_FLIGHT) {
+            float v[SLOTS_IN_FLIGHT];
 #pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k)
+            for (int k = 0; k < SLOTS_IN_FLIGHT; ++k)
                 if (h + k < G) v[k] = __ldcg(part + (u64)(h + k) * stride + j);
 #pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k)
+            for (int k = 0; k < SLOTS_IN_FLIGHT; ++k)
                 if (h + k < G) acc += v[k];
         }
         out[j] = acc;
