@@ -689,18 +689,17 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
     }
 }
 
-// Sum of squares of v[0..n), in a fixed order (thread strides, then a fixed tree); red holds
-// blockDim.x floats. The block's thread 0 gets the result.
+// Sum of squares of v[0..n), in a fixed order (thread strides, a butterfly within each warp, then
+// the warps' sums in order); red holds a float a warp. The block's thread 0 gets the result.
 __device__ float block_sumsq(const float* v, u64 n, float* red) {
     float acc = 0.0f;
     for (u64 i = threadIdx.x; i < n; i += blockDim.x) acc += v[i] * v[i];
-    red[threadIdx.x] = acc;
+    for (u32 m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = acc;
     __syncthreads();
-    for (u32 k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
-        __syncthreads();
-    }
-    float out = red[0];
+    float out = 0.0f;
+    if (threadIdx.x == 0)
+        for (u32 w = 0; w < (blockDim.x + 31) / 32; ++w) out += red[w];
     __syncthreads();
     return out;
 }
