@@ -59,8 +59,8 @@ impl Kernel {
             )))
     }
     /// How many thread-block clusters of `grid`'s blocks (each of its threads and dynamic shared
-    /// memory) the device runs at once: 0 where it runs none (a
-    /// device without cluster launches, or clusters larger than its processing clusters hold).
+    /// memory) the device runs at once: 0 where it runs none (a device without cluster
+    /// launches, or clusters larger than its processing clusters hold).
     /// Clusters of more than 8 blocks (the portable size) are allowed to this kernel first.
     pub fn max_clusters(&self, ctx: &GpuContext, grid: Grid) -> Result<u32, GpuError> {
         let blocks = grid.blocks;
