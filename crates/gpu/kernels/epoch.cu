@@ -1073,41 +1073,57 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         float lr = word_f32(st[ST_LR]), eps_c2 = word_f32(st[ST_EPS_C2]), cf = word_f32(st[ST_CF]);
         const u64 sync = st[ST_SYNC];
         const u64 stride = blockDim.x;
-        for (u64 j = p0 + threadIdx.x; j < p1; j += IN_FLIGHT * stride) {
-            // A batch of parameters: every load first, then the updates.
-            float pv[IN_FLIGHT], gv[IN_FLIGHT], mv[IN_FLIGHT], vv[IN_FLIGHT], tv[IN_FLIGHT];
-#pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k) {
-                const u64 i = j + k * stride;
-                if (i < p1) {
-                    pv[k] = mb.online[i];
-                    gv[k] = mb.grads[i];
-                    mv[k] = mb.m1g[i];
-                    vv[k] = mb.m2g[i];
-                    if (sync == 2) tv[k] = mb.target[i];
+        // One parameter's Adam step and target update.
+        auto update = [&](float& pv, float gv, float& mv, float& vv, float& tv) {
+            adam_one(&pv, gv, &mv, &vv, norm, clip, lr, b1, b2, eps_c2, cf, weight_decay);
+            if (sync == 2) tv = polyak_one(pv, tv, tau);
+            else if (sync == 1) tv = pv;
+        };
+        // The slice's parameters outside its whole float4s [a0, a1) (at most 3 at each end), one
+        // a thread. The agent's buffers are whole allocations, 16-byte aligned (as the host
+        // promises); a loop here instead of the test raised the kernel's spills from 16 bytes to
+        // 140.
+        const u64 a0 = min((p0 + 3) & ~(u64)3, p1);
+        const u64 a1 = max(p1 & ~(u64)3, a0);
+        if (threadIdx.x < (a0 - p0) + (p1 - a1)) {
+            const u64 e = threadIdx.x, i = e < a0 - p0 ? p0 + e : a1 + (e - (a0 - p0));
+            float pv = mb.online[i], mv = mb.m1g[i], vv = mb.m2g[i];
+            float tv = sync == 2 ? mb.target[i] : 0.0f;
+            update(pv, mb.grads[i], mv, vv, tv);
+            mb.online[i] = pv;
+            mb.m1g[i] = mv;
+            mb.m2g[i] = vv;
+            if (sync) mb.target[i] = tv;
+            if (clustered)
+                for (u32 r = 0; r < G; ++r) {
+                    cluster_store(wo + i, r, pv);
+                    if (sync) cluster_store(wt + i, r, tv);
                 }
-            }
-#pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k) {
-                const u64 i = j + k * stride;
-                if (i < p1) {
-                    adam_one(&pv[k], gv[k], &mv[k], &vv[k], norm, clip, lr, b1, b2, eps_c2, cf,
-                             weight_decay);
-                    mb.online[i] = pv[k];
-                    mb.m1g[i] = mv[k];
-                    mb.m2g[i] = vv[k];
-                    if (sync == 2) tv[k] = polyak_one(pv[k], tv[k], tau);
-                    else if (sync == 1) tv[k] = pv[k];
-                    if (sync) mb.target[i] = tv[k];
-                    // Stored into every block's copy here, while Adam's loads are in flight
-                    // (a copy of the slice after the loop measured slower).
-                    if (clustered)
-                        for (u32 r = 0; r < G; ++r) {
-                            cluster_store(wo + i, r, pv[k]);
-                            if (sync) cluster_store(wt + i, r, tv[k]);
-                        }
+        }
+        // Whole float4s, one a thread at a time: four parameters a load and a store, into every
+        // block's copy too while the next loads are in flight (a copy of the slice after the
+        // loop measured slower, and so did two float4s a thread loaded before their updates, or
+        // eight single parameters: docs/PERFORMANCE.md, #13).
+        for (u64 i = a0 + 4 * threadIdx.x; i < a1; i += 4 * stride) {
+            float4 pv = *(const float4*)(mb.online + i);
+            const float4 gv = *(const float4*)(mb.grads + i);
+            float4 mv = *(const float4*)(mb.m1g + i);
+            float4 vv = *(const float4*)(mb.m2g + i);
+            float4 tv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (sync == 2) tv = *(const float4*)(mb.target + i);
+            update(pv.x, gv.x, mv.x, vv.x, tv.x);
+            update(pv.y, gv.y, mv.y, vv.y, tv.y);
+            update(pv.z, gv.z, mv.z, vv.z, tv.z);
+            update(pv.w, gv.w, mv.w, vv.w, tv.w);
+            *(float4*)(mb.online + i) = pv;
+            *(float4*)(mb.m1g + i) = mv;
+            *(float4*)(mb.m2g + i) = vv;
+            if (sync) *(float4*)(mb.target + i) = tv;
+            if (clustered)
+                for (u32 r = 0; r < G; ++r) {
+                    cluster_store4(wo + i, r, pv);
+                    if (sync) cluster_store4(wt + i, r, tv);
                 }
-            }
         }
         __syncthreads();
         stamp(s, 6);

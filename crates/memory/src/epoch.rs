@@ -778,10 +778,11 @@ unsafe fn launch_all(
         // environments' buffers hold n_env elements (observations n_env * obs_dim), its ring
         // cap_rows * n_env slots whose row bases the table gives modulo that, its batch buffers
         // `batch` rows of obs_dim floats; its layout words describe `params` parameters, which
-        // each of online, target, the moments and grads hold; part holds slots * params,
-        // norm_part slots, loss_part 3 * slots, stats rows for every learning step from
-        // first_stat; its table and times hold the plan's steps. Members of a launch share
-        // every value pushed here (`Shared`), so each block's shared memory is what
+        // each of online, target, the moments and grads hold (each a DeviceBuffer, a whole
+        // allocation: 16-byte aligned, as Adam's float4 loads and stores need); part holds
+        // slots * params, norm_part slots, loss_part 3 * slots, stats rows for every learning
+        // step from first_stat; its table and times hold the plan's steps. Members of a launch
+        // share every value pushed here (`Shared`), so each block's shared memory is what
         // kernels/epoch.cu lays out for `chunk` rows of its member's network. A member's block
         // touches only its own environments', batch rows' and parameter slices' elements
         // between its barriers, and no other member's buffers; the launch is cooperative with
