@@ -59,16 +59,26 @@ __device__ __forceinline__ void cluster_barrier() {
 #endif
 }
 
-// Stores v at p's place (p in this block's shared memory) in the shared memory of block `rank`
-// of the cluster, whose layout is this block's.
-__device__ __forceinline__ void cluster_store(const float* p, unsigned int rank, float v) {
+// The address of p's place (p in this block's shared memory) in the shared memory of block
+// `rank` of the cluster, whose layout is this block's, for the st.shared::cluster stores below.
+__device__ __forceinline__ unsigned int cluster_addr(const float* p, unsigned int rank) {
+    unsigned int remote = 0;
 #if __CUDA_ARCH__ >= 900
     unsigned long long local;
-    unsigned int remote;
     asm volatile("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(p));
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                  : "=r"(remote) : "r"((unsigned int)local), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(v) : "memory");
+#else
+    __trap();
+#endif
+    return remote;
+}
+
+// Stores v at p's place in the shared memory of block `rank` of the cluster (cluster_addr).
+__device__ __forceinline__ void cluster_store(const float* p, unsigned int rank, float v) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(cluster_addr(p, rank)), "f"(v)
+                 : "memory");
 #else
     __trap();
 #endif
@@ -77,13 +87,9 @@ __device__ __forceinline__ void cluster_store(const float* p, unsigned int rank,
 // As cluster_store, four floats at once (p 16-byte aligned).
 __device__ __forceinline__ void cluster_store4(const float* p, unsigned int rank, float4 v) {
 #if __CUDA_ARCH__ >= 900
-    unsigned long long local;
-    unsigned int remote;
-    asm volatile("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(p));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(remote) : "r"((unsigned int)local), "r"(rank));
     asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};"
-                 :: "r"(remote), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+                 :: "r"(cluster_addr(p, rank)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
 #else
     __trap();
 #endif
