@@ -31,12 +31,12 @@
 //
 // Booking (book_steps, book_sessions, book_total). A bar's step depends only on the position
 // before it and the decision, so every bar's step is computed in parallel (book_steps, a thread a
-// bar); the host's sums are sequential chains and are kept as chains: a day's PnL and each
-// trade's PnL within a session (a warp a session, reading the steps ahead of its chains),
-// the costs and the equity curve over the split (one block). The split's chains run in parallel
-// only where that is exact: when every term is a whole multiple of one power of two and the sum
-// of their magnitudes is below 2^52 of it, every partial sum is representable, so every order of
-// adding gives the host's bits (ES, NQ: prices on a quarter-point grid, costs such as 2.50 a side).
+// bar); the host's sums are sequential chains: a day's PnL and each trade's PnL within a session
+// (a warp a session), the costs and the equity curve over the split (one block). Each runs in
+// parallel only where that is exact, else as the host's chain: when every term is a whole
+// multiple of one power of two and the sum of their magnitudes is below 2^52 of it, every
+// partial sum is representable, so every order of adding gives the host's bits (ES, NQ: prices on
+// a quarter-point grid, costs such as 2.50 a side).
 //
 // A population. Every kernel also judges the networks of several members at once, a member a row
 // of blocks (blockIdx.y): its parameters and layout come from the member table (two addresses a
@@ -851,18 +851,130 @@ __device__ __forceinline__ Step read_step(double hold, double bar, double cost, 
     return st;
 }
 
+// The exponent of a finite non-zero double's lowest set bit (v is a whole multiple of 2^that).
+__device__ __forceinline__ int low_bit_exponent(double v) {
+    unsigned long long bits = (unsigned long long)__double_as_longlong(v);
+    int e = (int)((bits >> 52) & 0x7ff);
+    unsigned long long mant = bits & 0xfffffffffffffull;
+    if (e == 0) return -1074 + __ffsll((long long)mant) - 1;
+    return e - 1075 + __ffsll((long long)(mant | (1ull << 52))) - 1;
+}
+
+// Whether a sum's terms add to the same bits in every order, collected term by term (the rule
+// at the top of this file): q the lowest set bit's exponent over the non-zero terms, mag the
+// sum of their magnitudes. Zeros are skipped: adding one changes no partial sum's value.
+struct Exactness {
+    int q = 4096;
+    double mag = 0.0;
+    bool finite = true;
+    __device__ __forceinline__ void add(double v) {
+        if (v == 0.0) return;
+        if (!isfinite(v)) {
+            finite = false;
+            return;
+        }
+        q = min(q, low_bit_exponent(v));
+        mag += fabs(v);
+    }
+};
+
+// Every partial sum representable: every term a whole multiple of 2^q, their magnitudes summing
+// below 2^52 * 2^q (a margin of two over 2^53 for the rounding of this bound's own sum).
+__device__ __forceinline__ bool exact_in_any_order(int q, double mag, bool finite) {
+    return finite && mag <= ldexp(1.0, 52 + min(q, 2048));
+}
+
+// The host's chains over a session's steps, bar by bar: the day's PnL and each trade's PnL
+// (trades, wins, bars held), every lane alike, reading each 32 bars' terms from shared memory
+// (a broadcast read a term instead of two shuffles a double: 17-31% faster on the H200 than
+// shuffles). Zero steps are added too (adding a zero to a sum that starts at +0.0 changes
+// nothing); a lane past the session's end adds zeros and no trade.
+__device__ __forceinline__ void session_chains(u32 ss, u32 se, u32 split_start, double cost_per_side,
+                                            const double* step_hold, const double* step_bar,
+                                            const double* step_cost, const u32* step_word,
+                                            double* s_term, unsigned* s_flags, double* day_out,
+                                            unsigned long long* ntr_out,
+                                            unsigned long long* nwin_out,
+                                            unsigned long long* nbars_out) {
+    const u32 lane = threadIdx.x & 31;
+    double day = 0.0, trade_pnl = 0.0;
+    unsigned long long trade_bars = 0, ntr = 0, nwin = 0, nbars = 0;
+    double n_hold = 0.0, n_bar = 0.0, n_cost = 0.0;
+    u32 n_word = 128u << 16 | 128u << 24;
+    if (ss + lane < se) {
+        const u32 k = ss + lane - split_start;
+        n_hold = step_hold[k];
+        n_bar = step_bar[k];
+        n_cost = step_cost[k];
+        n_word = step_word[k];
+    }
+    for (u32 b0 = ss; b0 < se; b0 += 32) {
+        const u32 t = b0 + lane;
+        const bool live = t < se;
+        const Step st = read_step(n_hold, n_bar, n_cost, n_word, cost_per_side);
+        if (t + 32 < se) {
+            const u32 k = t + 32 - split_start;
+            n_hold = step_hold[k];
+            n_bar = step_bar[k];
+            n_cost = step_cost[k];
+            n_word = step_word[k];
+        } else {
+            n_hold = n_bar = n_cost = 0.0;
+            n_word = 128u << 16 | 128u << 24;
+        }
+        s_term[0 * 32 + lane] = live ? st.pnl : 0.0;
+        s_term[1 * 32 + lane] = st.hold;
+        s_term[2 * 32 + lane] = st.bar_less_cost;
+        s_term[3 * 32 + lane] = st.open_part;
+        s_term[4 * 32 + lane] = st.exit_cost;
+        s_flags[lane] =
+            live ? (u32)st.inpos | ((u32)st.closed << 1) | ((u32)st.opened << 2) : 0u;
+        __syncwarp();
+#pragma unroll 8
+        for (u32 j = 0; j < 32; ++j) {
+            const unsigned flags = s_flags[j];
+            day += s_term[j];
+            if (flags & 1u) {
+                trade_pnl += s_term[32 + j];
+                trade_bars += 1;
+                if (flags & 2u) {
+                    double p = trade_pnl - s_term[4 * 32 + j];
+                    ntr += 1;
+                    nwin += p > 0.0 ? 1 : 0;
+                    nbars += trade_bars;
+                } else {
+                    trade_pnl += s_term[2 * 32 + j];
+                }
+            }
+            if (flags & 4u) {
+                trade_pnl = s_term[3 * 32 + j];
+                trade_bars = 0;
+            }
+        }
+        __syncwarp();
+    }
+    *day_out = day;
+    *ntr_out = ntr;
+    *nwin_out = nwin;
+    *nbars_out = nbars;
+}
+
 // One warp a session of the split (bars [sess_start[s], sess_end[s])), 32 bars at a time, from
 // the steps book_steps computed (the next 32 read while these are booked): the session's
 // non-zero step PnLs and costs gathered in bar order (into pnl_out / cost_out from the
 // session's first row on, for book_total's chains over the split), with `seen`: whether the
 // equity after that step is a point of the host's curve (the point after the bar before a
-// session's last is overwritten by the last bar's equity). The host's chains, the day's PnL and
-// each trade's PnL, run in bar order on every lane alike, from values the lanes computed side
-// by side; zero steps are added too (adding a zero to a sum that starts at +0.0 changes
-// nothing).
+// session's last is overwritten by the last bar's equity).
+//
+// The host's chains, the day's PnL and each trade's PnL, are sums in bar order. The warp sums
+// them side by side: the day's PnL a warp sum a batch; a trade's PnL from the prefix sum of the
+// terms its chain adds while held (each bar in a position that does not close adds its hold and
+// bar-less-cost parts), taken where it opened and where it closed. It checks, term by term, that
+// every order of adding gives the chain's bits (the rule at the top of this file); where that
+// does not hold for a session, the session's chains run bar by bar (session_chains).
 // Warps of a book_sessions block (the host launches BOOK_WARPS * 32 threads).
 #define BOOK_WARPS 8
-extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32)
+extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
     book_sessions(u32 split_start, u32 n_bars, double cost_per_side, const u32* sess_start,
                   const u32* sess_end, u32 n_sessions, const double* step_hold,
                   const double* step_bar, const double* step_cost, const u32* step_word,
@@ -871,6 +983,8 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32)
                   unsigned long long* contracts, double* pnl_out, unsigned char* seen_out,
                   double* cost_out) {
     const unsigned FULL = 0xffffffffu;
+    __shared__ double s_term[BOOK_WARPS][5 * 32];
+    __shared__ unsigned s_flags[BOOK_WARPS][32];
     u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u32 sid = blockIdx.x * (blockDim.x >> 5) + warp;
     if (sid >= n_sessions) return;
@@ -879,8 +993,13 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32)
     at_member(n_sessions, daily, n_pnl, n_cost, n_trades, wins, bars, contracts);
     const u32 ss = sess_start[sid], se = sess_end[sid];
     const u32 out0 = ss - split_start;
-    double day = 0.0, trade_pnl = 0.0;
-    unsigned long long trade_bars = 0, ntr = 0, nwin = 0, nbars = 0, ncon = 0;
+    const unsigned below = (1u << lane) - 1u;
+    // The chains' carries from batch to batch: the day's PnL, z's prefix sum, the count of
+    // bars in a position, and the last opened trade's base and that count where it opened.
+    double day = 0.0, held = 0.0, base = 0.0;
+    u32 in_carry = 0, in_base = 0;
+    unsigned long long ntr = 0, nwin = 0, nbars = 0, ncon = 0;
+    Exactness ex;
     u32 np = 0, nc = 0;
     bool nz_second_last = false, nz_last = false;
     double n_hold = 0.0, n_bar = 0.0, n_cost_v = 0.0;
@@ -906,10 +1025,9 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32)
             n_hold = n_bar = n_cost_v = 0.0;
             n_word = 128u << 16 | 128u << 24;
         }
-        const double pnl = st.pnl, cost = st.cost;
+        const double pnl = live ? st.pnl : 0.0, cost = st.cost;
         u32 traded = live ? st.traded : 0;
         // Gathered in bar order: each lane's place among the block's non-zero steps and costs.
-        const unsigned below = (1u << lane) - 1u;
         unsigned nzp = __ballot_sync(FULL, live && pnl != 0.0);
         unsigned nzc = __ballot_sync(FULL, live && cost != 0.0);
         if (live && pnl != 0.0) {
@@ -922,53 +1040,71 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32)
         nc += __popc(nzc);
         nz_second_last = nz_second_last || (__ballot_sync(FULL, t + 2 == se && pnl != 0.0) != 0);
         nz_last = nz_last || (__ballot_sync(FULL, t + 1 == se && pnl != 0.0) != 0);
-        for (u32 d = 16; d > 0; d >>= 1) traded += __shfl_down_sync(FULL, traded, d);
-        ncon += __shfl_sync(FULL, traded, 0);
-        // The chains, bar by bar, on every lane alike (a lane past the session's end adds
-        // zeros and no trade).
-        const double l_pnl = live ? pnl : 0.0;
-        const unsigned l_flags =
-            live ? (u32)st.inpos | ((u32)st.closed << 1) | ((u32)st.opened << 2) : 0u;
-        // The 32 bars' terms in shared memory, read by every lane at the same address: a
-        // broadcast read a term instead of two shuffles a double (17-31% faster on the H200).
-        __shared__ double s_pnl[BOOK_WARPS][32], s_hold[BOOK_WARPS][32], s_blc[BOOK_WARPS][32],
-            s_open[BOOK_WARPS][32], s_exit[BOOK_WARPS][32];
-        __shared__ unsigned s_flags[BOOK_WARPS][32];
-        s_pnl[warp][lane] = l_pnl;
-        s_hold[warp][lane] = st.hold;
-        s_blc[warp][lane] = st.bar_less_cost;
-        s_open[warp][lane] = st.open_part;
-        s_exit[warp][lane] = st.exit_cost;
-        s_flags[warp][lane] = l_flags;
-        __syncwarp();
-#pragma unroll
-        for (u32 j = 0; j < 32; ++j) {
-            const double v_pnl = s_pnl[warp][j];
-            const double v_hold = s_hold[warp][j];
-            const double v_blc = s_blc[warp][j];
-            const double v_open = s_open[warp][j];
-            const double v_exit = s_exit[warp][j];
-            const unsigned flags = s_flags[warp][j];
-            day += v_pnl;
-            if (flags & 1u) {
-                trade_pnl += v_hold;
-                trade_bars += 1;
-                if (flags & 2u) {
-                    double p = trade_pnl - v_exit;
-                    ntr += 1;
-                    nwin += p > 0.0 ? 1 : 0;
-                    nbars += trade_bars;
-                } else {
-                    trade_pnl += v_blc;
-                }
-            }
-            if (flags & 4u) {
-                trade_pnl = v_open;
-                trade_bars = 0;
-            }
+        // The chains' terms (what session_chains adds), each checked for exactness: a trade's
+        // chain adds z, a bar in a position's hold and, unless it closes there, its
+        // bar-less-cost part.
+        const bool inpos = live && st.inpos, closes = inpos && st.closed;
+        const bool opens = live && st.opened;
+        const double z = inpos ? (closes ? st.hold : st.hold + st.bar_less_cost) : 0.0;
+        ex.add(pnl);
+        if (inpos) ex.add(st.hold);
+        if (inpos && !closes) ex.add(st.bar_less_cost);
+        if (closes) ex.add(st.exit_cost);
+        if (opens) ex.add(st.open_part);
+        // Warp sums: the day's PnL, the contracts traded; prefixes: z's sum and the count of
+        // bars in a position, through this bar (in) and before it (ex).
+        double d = pnl, s = z;
+        for (u32 o = 16; o > 0; o >>= 1) {
+            d += __shfl_xor_sync(FULL, d, o);
+            traded += __shfl_xor_sync(FULL, traded, o);
         }
-        __syncwarp();
+        for (u32 o = 1; o < 32; o <<= 1) {
+            const double u = __shfl_up_sync(FULL, s, o);
+            if (lane >= o) s += u;
+        }
+        day += d;
+        ncon += traded;
+        const double z_in = held + s;
+        const double z_up = __shfl_up_sync(FULL, z_in, 1);
+        const double z_ex = lane == 0 ? held : z_up;
+        held = __shfl_sync(FULL, z_in, 31);
+        const unsigned inpos_mask = __ballot_sync(FULL, inpos);
+        const u32 in_bars = in_carry + __popc(inpos_mask & ((2u << lane) - 1u));
+        in_carry += __popc(inpos_mask);
+        // The chain's trade PnL after bar t is base + (z's prefix through t), base being the
+        // opening term less that prefix at the last opening (0 before any): a close at t
+        // reads it before t's own terms, adds t's hold, less the exit's cost. Bars held: the
+        // bars in a position since the opening.
+        const double my_base = st.open_part - z_in;
+        const unsigned opened = __ballot_sync(FULL, opens);
+        const unsigned earlier = opened & below;
+        const u32 src = earlier ? 31 - __clz(earlier) : lane;
+        const double b_lane = __shfl_sync(FULL, my_base, src);
+        const u32 ib_lane = __shfl_sync(FULL, in_bars, src);
+        const double b = earlier ? b_lane : base;
+        const u32 ib = earlier ? ib_lane : in_base;
+        const double p = ((b + z_ex) + st.hold) - st.exit_cost;
+        const unsigned closed = __ballot_sync(FULL, closes);
+        ntr += __popc(closed);
+        nwin += __popc(__ballot_sync(FULL, closes && p > 0.0));
+        u32 held_bars = closes ? in_bars - ib : 0;
+        for (u32 o = 16; o > 0; o >>= 1) held_bars += __shfl_xor_sync(FULL, held_bars, o);
+        nbars += held_bars;
+        if (opened) {
+            const u32 last = 31 - __clz(opened);
+            base = __shfl_sync(FULL, my_base, last);
+            in_base = __shfl_sync(FULL, in_bars, last);
+        }
     }
+    // The session's verdict on exactness, over every lane's terms.
+    for (u32 o = 16; o > 0; o >>= 1) {
+        ex.q = min(ex.q, __shfl_xor_sync(FULL, ex.q, o));
+        ex.mag += __shfl_xor_sync(FULL, ex.mag, o);
+    }
+    ex.finite = __all_sync(FULL, ex.finite);
+    if (!exact_in_any_order(ex.q, ex.mag, ex.finite))
+        session_chains(ss, se, split_start, cost_per_side, step_hold, step_bar, step_cost,
+                       step_word, s_term[warp], s_flags[warp], &day, &ntr, &nwin, &nbars);
     if (lane == 0) {
         if (se - ss >= 2 && nz_second_last && nz_last) seen_out[out0 + np - 2] = 0;
         daily[sid] = day;
@@ -1028,13 +1164,14 @@ struct MinI32 {
     __device__ int operator()(int a, int b) const { return min(a, b); }
 };
 
-// The exponent of a finite non-zero double's lowest set bit (v is a whole multiple of 2^that).
-__device__ __forceinline__ int low_bit_exponent(double v) {
-    unsigned long long bits = (unsigned long long)__double_as_longlong(v);
-    int e = (int)((bits >> 52) & 0x7ff);
-    unsigned long long mant = bits & 0xfffffffffffffull;
-    if (e == 0) return -1074 + __ffsll((long long)mant) - 1;
-    return e - 1075 + __ffsll((long long)(mant | (1ull << 52))) - 1;
+// The last i < n with at[i] <= v (at ascending, at[0] <= v).
+__device__ __forceinline__ u32 last_at_most(const u32* at, u32 n, u32 v) {
+    u32 lo = 0, hi = n;
+    while (hi - lo > 1) {
+        const u32 mid = (lo + hi) / 2;
+        if (at[mid] <= v) lo = mid; else hi = mid;
+    }
+    return lo;
 }
 
 // [first, end) of thread i's share of n items.
@@ -1095,56 +1232,73 @@ extern "C" __global__ void __launch_bounds__(1024)
     block_scan(lbars, 0ull, AddU64(), tmp_u64, &held);
     block_scan(lcon, 0ull, AddU64(), tmp_u64, &con);
     __syncthreads();
-    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (u32 s = warp; s < n_sessions; s += warps) {
-        u32 src = sess_start[s] - split_start;
-        for (u32 k = lane; k < n_pnl[s]; k += 32) {
-            V[off_pnl[s] + k] = pnl[src + k];
-            F[off_pnl[s] + k] = seen[src + k];
+    // Every session's steps and costs into the split's order, an item a thread (neighbouring
+    // threads, neighbouring items), each finding its session among the places.
+    // Four items a thread are read before any is written (the writes could alias the reads as
+    // far as the compiler knows).
+    Exactness ex, cex;
+    double csum = 0.0;
+    const u32 T = blockDim.x;
+    for (u32 j0 = threadIdx.x; j0 < m_pnl; j0 += 4 * T) {
+        double v[4];
+        unsigned char f[4];
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            const u32 j = j0 + i * T;
+            if (j < m_pnl) {
+                const u32 s = last_at_most(off_pnl, n_sessions, j);
+                const u32 src = sess_start[s] - split_start + (j - off_pnl[s]);
+                v[i] = pnl[src];
+                f[i] = seen[src];
+            }
         }
-        for (u32 k = lane; k < n_cost[s]; k += 32) C[off_cost[s] + k] = cost[src + k];
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            const u32 j = j0 + i * T;
+            if (j < m_pnl) {
+                V[j] = v[i];
+                F[j] = f[i];
+                ex.add(v[i]);
+            }
+        }
+    }
+    for (u32 j0 = threadIdx.x; j0 < m_cost; j0 += 4 * T) {
+        double v[4];
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            const u32 j = j0 + i * T;
+            if (j < m_cost) {
+                const u32 s = last_at_most(off_cost, n_sessions, j);
+                v[i] = cost[sess_start[s] - split_start + (j - off_cost[s])];
+            }
+        }
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            const u32 j = j0 + i * T;
+            if (j < m_cost) {
+                C[j] = v[i];
+                cex.add(v[i]);
+                csum += v[i];
+            }
+        }
     }
     __syncthreads();
-    // Exact in any order? Every step a whole multiple of 2^q, their magnitudes summing below
-    // 2^52 * 2^q (a margin of two over 2^53 for the rounding of this bound's own sum).
-    share(m_pnl, &first, &last);
-    int q = 4096;
-    double mag = 0.0;
-    bool finite = true;
-    for (u32 k = first; k < last; ++k) {
-        double v = V[k];
-        finite = finite && isfinite(v);
-        if (isfinite(v)) q = min(q, low_bit_exponent(v));
-        mag += fabs(v);
-    }
+    // Exact in any order? (Exactness, over the block.)
     int qmin, bad;
-    block_scan(q, 4096, MinI32(), tmp_i32, &qmin);
-    block_scan(finite ? 0 : -1, 0, MinI32(), tmp_i32, &bad);
+    block_scan(ex.q, 4096, MinI32(), tmp_i32, &qmin);
+    block_scan(ex.finite ? 0 : -1, 0, MinI32(), tmp_i32, &bad);
     double mag_all;
-    block_scan(mag, 0.0, AddF64(), tmp_f64, &mag_all);
-    bool exact = !chain_only && bad == 0 && (m_pnl == 0 || mag_all <= ldexp(1.0, 52 + qmin));
+    block_scan(ex.mag, 0.0, AddF64(), tmp_f64, &mag_all);
+    bool exact = !chain_only && exact_in_any_order(qmin, mag_all, bad == 0);
     // The costs likewise: summed in parallel where that is exact, else as one chain (beside
     // the equity's).
-    u32 cf, cl;
-    share(m_cost, &cf, &cl);
-    int qc = 4096;
-    double cmag = 0.0, csum = 0.0;
-    bool cfinite = true;
-    for (u32 k = cf; k < cl; ++k) {
-        double v = C[k];
-        cfinite = cfinite && isfinite(v);
-        if (isfinite(v)) qc = min(qc, low_bit_exponent(v));
-        cmag += fabs(v);
-        csum += v;
-    }
     int qcmin, cbad;
-    block_scan(qc, 4096, MinI32(), tmp_i32, &qcmin);
-    block_scan(cfinite ? 0 : -1, 0, MinI32(), tmp_i32, &cbad);
+    block_scan(cex.q, 4096, MinI32(), tmp_i32, &qcmin);
+    block_scan(cex.finite ? 0 : -1, 0, MinI32(), tmp_i32, &cbad);
     double cmag_all, csum_all;
-    block_scan(cmag, 0.0, AddF64(), tmp_f64, &cmag_all);
+    block_scan(cex.mag, 0.0, AddF64(), tmp_f64, &cmag_all);
     block_scan(csum, 0.0, AddF64(), tmp_f64, &csum_all);
-    bool costs_exact =
-        !chain_only && cbad == 0 && (m_cost == 0 || cmag_all <= ldexp(1.0, 52 + qcmin));
+    bool costs_exact = !chain_only && exact_in_any_order(qcmin, cmag_all, cbad == 0);
     if (threadIdx.x == 32) {
         double c = 0.0;
         if (costs_exact) {
@@ -1154,37 +1308,86 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
         s_costs = c;
     }
+    // The curve in segments of whole 32s, a warp a segment, each read 32 neighbouring steps at
+    // a time: a segment's sum (or top) first, the segments' carries scanned over the block, then
+    // the warp's scans along its segment.
+    const unsigned FULL = 0xffffffffu;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const u32 seg = ((m_pnl + warps - 1) / warps + 31) & ~31u;
+    const u32 s0 = min(warp * seg, m_pnl), s1 = min(s0 + seg, m_pnl);
+    double all;
     if (exact) {
         double local = 0.0;
-        for (u32 k = first; k < last; ++k) local += V[k];
-        double all;
-        double run = block_scan(local, 0.0, AddF64(), tmp_f64, &all);
-        for (u32 k = first; k < last; ++k) {
-            run += V[k];
-            E[k] = run;
+        for (u32 k = s0 + lane; k < s1; k += 32) local += V[k];
+        for (u32 o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(FULL, local, o);
+        double run = block_scan(lane == 0 ? local : 0.0, 0.0, AddF64(), tmp_f64, &all);
+        run = __shfl_sync(FULL, run, 0);
+        for (u32 b = s0; b < s1; b += 128) {
+            double v[4];
+#pragma unroll
+            for (u32 i = 0; i < 4; ++i) {
+                const u32 k = b + 32 * i + lane;
+                v[i] = k < s1 ? V[k] : 0.0;
+            }
+#pragma unroll
+            for (u32 i = 0; i < 4; ++i) {
+                const u32 k = b + 32 * i + lane;
+                for (u32 o = 1; o < 32; o <<= 1) {
+                    const double u = __shfl_up_sync(FULL, v[i], o);
+                    if (lane >= o) v[i] += u;
+                }
+                if (k < s1) E[k] = run + v[i];
+                run += __shfl_sync(FULL, v[i], 31);
+            }
         }
     } else if (threadIdx.x == 0) {
+        // One chain, eight steps read ahead at a time (E's stores could alias V as far as the
+        // compiler knows, so it would not read ahead of them itself).
         double e = 0.0;
-        for (u32 k = 0; k < m_pnl; ++k) {
-            e += V[k];
-            E[k] = e;
+        for (u32 k0 = 0; k0 < m_pnl; k0 += 8) {
+            double v[8];
+#pragma unroll
+            for (u32 j = 0; j < 8; ++j) v[j] = k0 + j < m_pnl ? V[k0 + j] : 0.0;
+#pragma unroll
+            for (u32 j = 0; j < 8; ++j) {
+                if (k0 + j < m_pnl) {
+                    e += v[j];
+                    E[k0 + j] = e;
+                }
+            }
         }
     }
     __syncthreads();
     // Maximum drawdown over the curve's points, in order, from a peak of 0 (the curve starts at
-    // 0): the running peak is a maximum, exact in any grouping.
+    // 0): the running peak is a maximum, exact in any grouping, and a step off the curve counts
+    // as 0 (no peak is below it).
     double top = 0.0;
-    for (u32 k = first; k < last; ++k)
+    for (u32 k = s0 + lane; k < s1; k += 32)
         if (F[k]) top = fmax(top, E[k]);
-    double top_all;
-    double peak = block_scan(top, 0.0, MaxF64(), tmp_f64, &top_all);
+    for (u32 o = 16; o > 0; o >>= 1) top = fmax(top, __shfl_xor_sync(FULL, top, o));
+    double peak = block_scan(top, 0.0, MaxF64(), tmp_f64, &all);
+    peak = __shfl_sync(FULL, peak, 0);
     double md = 0.0, mf = 0.0;
-    for (u32 k = first; k < last; ++k) {
-        if (!F[k]) continue;
-        double e = E[k];
-        peak = fmax(peak, e);
-        md = fmax(md, peak - e);
-        mf = fmax(mf, (peak - e) / (capital + peak));
+    for (u32 b = s0; b < s1; b += 128) {
+        bool point[4];
+        double e[4];
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            const u32 k = b + 32 * i + lane;
+            point[i] = k < s1 && F[k];
+            e[i] = point[i] ? E[k] : 0.0;
+        }
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            double pk = e[i];
+            for (u32 o = 1; o < 32; o <<= 1) pk = fmax(pk, __shfl_up_sync(FULL, pk, o));
+            pk = fmax(peak, pk);
+            if (point[i]) {
+                md = fmax(md, pk - e[i]);
+                mf = fmax(mf, (pk - e[i]) / (capital + pk));
+            }
+            peak = __shfl_sync(FULL, pk, 31);
+        }
     }
     double md_all, mf_all;
     block_scan(md, 0.0, MaxF64(), tmp_f64, &md_all);
