@@ -141,8 +141,21 @@ __device__ __forceinline__ void dense_narrow(const G& g, const float* p, u64 w_o
         u32 r = k / d_out, o = k % d_out;
         const float* xr = x + (u64)r * d_in;
         float acc = bias[o];
+        if ((d_in & 3u) == 0 && ((unsigned long long)x & 15u) == 0) {
+            // Four inputs a load (the chain is the pass's latency; fewer loads shorten each
+            // link), added one by one.
+#pragma unroll 2
+            for (u32 i = 0; i < d_in; i += 4) {
+                const float4 xq = *reinterpret_cast<const float4*>(xr + i);
+                acc = acc + xq.x * w[(u64)i * d_out + o];
+                acc = acc + xq.y * w[(u64)(i + 1) * d_out + o];
+                acc = acc + xq.z * w[(u64)(i + 2) * d_out + o];
+                acc = acc + xq.w * w[(u64)(i + 3) * d_out + o];
+            }
+        } else {
 #pragma unroll 4
-        for (u32 i = 0; i < d_in; ++i) acc = acc + xr[i] * w[(u64)i * d_out + o];
+            for (u32 i = 0; i < d_in; ++i) acc = acc + xr[i] * w[(u64)i * d_out + o];
+        }
         y[(u64)r * d_out + o] = acc;
     }
 }
@@ -423,16 +436,38 @@ __device__ __forceinline__ void block_dense_quads(const float* p, u64 w_off, u64
             xr[j] = x + (u64)(r < rows ? r : g * R) * d_in;
             acc[j] = b;
         }
-#pragma unroll 4
-        for (u32 i = 0; i < d_in; ++i) {
-            const float4 wv = w[(u64)i * quads + q];
+        if ((d_in & 3u) == 0 && ((unsigned long long)x & 15u) == 0) {
+            // Four inputs of a row a load, added input by input.
+#pragma unroll 2
+            for (u32 i = 0; i < d_in; i += 4) {
+                float4 xq[R];
 #pragma unroll
-            for (int j = 0; j < R; ++j) {
-                const float xv = xr[j][i];
-                acc[j].x = acc[j].x + xv * wv.x;
-                acc[j].y = acc[j].y + xv * wv.y;
-                acc[j].z = acc[j].z + xv * wv.z;
-                acc[j].w = acc[j].w + xv * wv.w;
+                for (int j = 0; j < R; ++j) xq[j] = *reinterpret_cast<const float4*>(xr[j] + i);
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float4 wv = w[(u64)(i + c) * quads + q];
+#pragma unroll
+                    for (int j = 0; j < R; ++j) {
+                        const float xv = c == 0 ? xq[j].x : c == 1 ? xq[j].y : c == 2 ? xq[j].z : xq[j].w;
+                        acc[j].x = acc[j].x + xv * wv.x;
+                        acc[j].y = acc[j].y + xv * wv.y;
+                        acc[j].z = acc[j].z + xv * wv.z;
+                        acc[j].w = acc[j].w + xv * wv.w;
+                    }
+                }
+            }
+        } else {
+#pragma unroll 4
+            for (u32 i = 0; i < d_in; ++i) {
+                const float4 wv = w[(u64)i * quads + q];
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                    const float xv = xr[j][i];
+                    acc[j].x = acc[j].x + xv * wv.x;
+                    acc[j].y = acc[j].y + xv * wv.y;
+                    acc[j].z = acc[j].z + xv * wv.z;
+                    acc[j].w = acc[j].w + xv * wv.w;
+                }
             }
         }
 #pragma unroll
