@@ -484,13 +484,17 @@ __device__ __forceinline__ void block_dense_quads(const float* p, u64 w_off, u64
     }
 }
 
-// A walking block's pass of a hidden layer over `rows` rows: four outputs a thread, two rows
-// each, where the layer's parameters allow vector loads, else block_dense.
+// A walking block's pass of a hidden layer over `rows` rows: four outputs a thread, one row each
+// (two where the block has too few threads), where the layer's parameters allow vector loads,
+// else block_dense.
 __device__ __forceinline__ void block_dense_any(const float* p, u64 w_off, u64 b_off, u32 d_in,
                                                u32 d_out, const float* x, float* y, u32 rows) {
     // The parameters' base is 16-byte aligned (cudaMalloc, or the start of shared memory).
     if (((w_off | b_off | (u64)d_out) & 3) == 0) {
-        if (rows == 1)
+        // A row a thread wherever the block has a thread for every (row, quad): the pass is a
+        // chain per thread, and a round waits on it, so the most threads with the shortest
+        // chains (each weight load then serves fewer sums).
+        if (rows * (d_out / 4) <= blockDim.x)
             block_dense_quads<1>(p, w_off, b_off, d_in, d_out, x, y, rows);
         else
             block_dense_quads<2>(p, w_off, b_off, d_in, d_out, x, y, rows);
