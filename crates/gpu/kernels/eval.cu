@@ -160,12 +160,89 @@ __device__ __forceinline__ void dense_narrow(const G& g, const float* p, u64 w_o
     }
 }
 
+// A group's dense pass (a warp's in eval_flat, a block's in the walks) for layers whose weights
+// and biases lie in aligned groups of four outputs: a thread takes four neighbouring outputs of
+// R rows, so that one vector load of weights serves 4 x R sums and each input value serves four
+// (a pass is bound by the loads of shared memory or the first-level cache, not by the
+// arithmetic, when every product needs a weight of its own). Each sum is still one output's, in
+// the host's order.
+template <int R, class G>
+__device__ __forceinline__ void dense_quads(const G& g_, const float* p, u64 w_off, u64 b_off,
+                                            u32 d_in, u32 d_out, const float* x, float* y,
+                                            u32 rows) {
+    const float4* w = reinterpret_cast<const float4*>(p + w_off);
+    const float4* bias = reinterpret_cast<const float4*>(p + b_off);
+    const u32 quads = d_out / 4, groups = (rows + R - 1) / R;
+    for (u32 k = g_.rank; k < groups * quads; k += g_.size()) {
+        const u32 q = k % quads, g = k / quads;
+        const float* xr[R];
+        float4 acc[R];
+        const float4 b = bias[q];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            // A row past the end repeats the group's first: summed, never stored.
+            const u32 r = g * R + j;
+            xr[j] = x + (u64)(r < rows ? r : g * R) * d_in;
+            acc[j] = b;
+        }
+        if ((d_in & 3u) == 0 && ((unsigned long long)x & 15u) == 0) {
+            // Four inputs of a row a load, added input by input.
+#pragma unroll 2
+            for (u32 i = 0; i < d_in; i += 4) {
+                float4 xq[R];
+#pragma unroll
+                for (int j = 0; j < R; ++j) xq[j] = *reinterpret_cast<const float4*>(xr[j] + i);
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float4 wv = w[(u64)(i + c) * quads + q];
+#pragma unroll
+                    for (int j = 0; j < R; ++j) {
+                        const float xv = c == 0 ? xq[j].x : c == 1 ? xq[j].y : c == 2 ? xq[j].z : xq[j].w;
+                        acc[j].x = acc[j].x + xv * wv.x;
+                        acc[j].y = acc[j].y + xv * wv.y;
+                        acc[j].z = acc[j].z + xv * wv.z;
+                        acc[j].w = acc[j].w + xv * wv.w;
+                    }
+                }
+            }
+        } else {
+#pragma unroll 4
+            for (u32 i = 0; i < d_in; ++i) {
+                const float4 wv = w[(u64)i * quads + q];
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                    const float xv = xr[j][i];
+                    acc[j].x = acc[j].x + xv * wv.x;
+                    acc[j].y = acc[j].y + xv * wv.y;
+                    acc[j].z = acc[j].z + xv * wv.z;
+                    acc[j].w = acc[j].w + xv * wv.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const u32 r = g * R + j;
+            if (r < rows) {
+                float* yr = y + (u64)r * d_out + 4 * q;
+                yr[0] = acc[j].x;
+                yr[1] = acc[j].y;
+                yr[2] = acc[j].z;
+                yr[3] = acc[j].w;
+            }
+        }
+    }
+}
+
 template <int R>
 __device__ __forceinline__ void warp_dense(const float* p, u64 w_off, u64 b_off, u32 d_in,
                                            u32 d_out, const float* x, float* y, u32 rows,
                                            u32 lane) {
     if (d_out * rows <= 32 || d_out < 16)
         dense_narrow(Warp{lane}, p, w_off, b_off, d_in, d_out, x, y, rows);
+    else if (((w_off | b_off | (u64)d_out) & 3) == 0)
+        // The warp's rows together, a lane four neighbouring outputs of each: a vector load of
+        // weights serves 4 x R sums (the parameters' base is 16-byte aligned).
+        dense_quads<R>(Warp{lane}, p, w_off, b_off, d_in, d_out, x, y, rows);
     else if (d_out <= 32)
         warp_dense_wide<R, 1>(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
     else if (d_out <= 64)
@@ -412,78 +489,6 @@ __device__ __forceinline__ void block_dense(const float* p, u64 w_off, u64 b_off
     }
 }
 
-// block_dense for layers whose weights and biases lie in aligned groups of four outputs: a
-// thread takes four neighbouring outputs of R rows, so that one vector load of weights serves
-// 4 x R sums and each input value serves four (a pass is bound by the loads of shared memory or
-// the first-level cache, not by the arithmetic, when every product needs a weight of its own).
-// Each sum is still one output's, in the host's order.
-template <int R>
-__device__ __forceinline__ void block_dense_quads(const float* p, u64 w_off, u64 b_off,
-                                                  u32 d_in, u32 d_out, const float* x, float* y,
-                                                  u32 rows) {
-    const float4* w = reinterpret_cast<const float4*>(p + w_off);
-    const float4* bias = reinterpret_cast<const float4*>(p + b_off);
-    const u32 quads = d_out / 4, groups = (rows + R - 1) / R;
-    for (u32 k = threadIdx.x; k < groups * quads; k += blockDim.x) {
-        const u32 q = k % quads, g = k / quads;
-        const float* xr[R];
-        float4 acc[R];
-        const float4 b = bias[q];
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            // A row past the end repeats the group's first: summed, never stored.
-            const u32 r = g * R + j;
-            xr[j] = x + (u64)(r < rows ? r : g * R) * d_in;
-            acc[j] = b;
-        }
-        if ((d_in & 3u) == 0 && ((unsigned long long)x & 15u) == 0) {
-            // Four inputs of a row a load, added input by input.
-#pragma unroll 2
-            for (u32 i = 0; i < d_in; i += 4) {
-                float4 xq[R];
-#pragma unroll
-                for (int j = 0; j < R; ++j) xq[j] = *reinterpret_cast<const float4*>(xr[j] + i);
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float4 wv = w[(u64)(i + c) * quads + q];
-#pragma unroll
-                    for (int j = 0; j < R; ++j) {
-                        const float xv = c == 0 ? xq[j].x : c == 1 ? xq[j].y : c == 2 ? xq[j].z : xq[j].w;
-                        acc[j].x = acc[j].x + xv * wv.x;
-                        acc[j].y = acc[j].y + xv * wv.y;
-                        acc[j].z = acc[j].z + xv * wv.z;
-                        acc[j].w = acc[j].w + xv * wv.w;
-                    }
-                }
-            }
-        } else {
-#pragma unroll 4
-            for (u32 i = 0; i < d_in; ++i) {
-                const float4 wv = w[(u64)i * quads + q];
-#pragma unroll
-                for (int j = 0; j < R; ++j) {
-                    const float xv = xr[j][i];
-                    acc[j].x = acc[j].x + xv * wv.x;
-                    acc[j].y = acc[j].y + xv * wv.y;
-                    acc[j].z = acc[j].z + xv * wv.z;
-                    acc[j].w = acc[j].w + xv * wv.w;
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const u32 r = g * R + j;
-            if (r < rows) {
-                float* yr = y + (u64)r * d_out + 4 * q;
-                yr[0] = acc[j].x;
-                yr[1] = acc[j].y;
-                yr[2] = acc[j].z;
-                yr[3] = acc[j].w;
-            }
-        }
-    }
-}
-
 // A walking block's pass of a hidden layer over `rows` rows: four outputs a thread, one row each
 // (two where the block has too few threads), where the layer's parameters allow vector loads,
 // else block_dense.
@@ -495,9 +500,9 @@ __device__ __forceinline__ void block_dense_any(const float* p, u64 w_off, u64 b
         // chain per thread, and a round waits on it, so the most threads with the shortest
         // chains (each weight load then serves fewer sums).
         if (rows * (d_out / 4) <= blockDim.x)
-            block_dense_quads<1>(p, w_off, b_off, d_in, d_out, x, y, rows);
+            dense_quads<1>(Block{threadIdx.x}, p, w_off, b_off, d_in, d_out, x, y, rows);
         else
-            block_dense_quads<2>(p, w_off, b_off, d_in, d_out, x, y, rows);
+            dense_quads<2>(Block{threadIdx.x}, p, w_off, b_off, d_in, d_out, x, y, rows);
     } else {
         block_dense<2>(p, w_off, b_off, d_in, d_out, x, y, rows);
     }
@@ -890,6 +895,32 @@ __device__ __forceinline__ Step read_step(double hold, double bar, double cost, 
     return st;
 }
 
+// A lane's next step, read a batch ahead of its booking (the loads of bar t + 32 in flight while
+// bar t is booked); past the session's end a zero step with a flat position before and after.
+struct StepAhead {
+    const double *hold_in, *bar_in, *cost_in;
+    const u32* word_in;
+    u32 split_start, se;
+    double cost_per_side;
+    double hold = 0.0, bar = 0.0, cost = 0.0;
+    u32 word = 128u << 16 | 128u << 24;
+    __device__ __forceinline__ void load(u32 t) {
+        if (t < se) {
+            const u32 k = t - split_start;
+            hold = hold_in[k];
+            bar = bar_in[k];
+            cost = cost_in[k];
+            word = word_in[k];
+        } else {
+            hold = bar = cost = 0.0;
+            word = 128u << 16 | 128u << 24;
+        }
+    }
+    __device__ __forceinline__ Step step() const {
+        return read_step(hold, bar, cost, word, cost_per_side);
+    }
+};
+
 // The exponent of a finite non-zero double's lowest set bit (v is a whole multiple of 2^that).
 __device__ __forceinline__ int low_bit_exponent(double v) {
     unsigned long long bits = (unsigned long long)__double_as_longlong(v);
@@ -938,29 +969,13 @@ __device__ __forceinline__ void session_chains(u32 ss, u32 se, u32 split_start, 
     const u32 lane = threadIdx.x & 31;
     double day = 0.0, trade_pnl = 0.0;
     unsigned long long trade_bars = 0, ntr = 0, nwin = 0, nbars = 0;
-    double n_hold = 0.0, n_bar = 0.0, n_cost = 0.0;
-    u32 n_word = 128u << 16 | 128u << 24;
-    if (ss + lane < se) {
-        const u32 k = ss + lane - split_start;
-        n_hold = step_hold[k];
-        n_bar = step_bar[k];
-        n_cost = step_cost[k];
-        n_word = step_word[k];
-    }
+    StepAhead next{step_hold, step_bar, step_cost, step_word, split_start, se, cost_per_side};
+    next.load(ss + lane);
     for (u32 b0 = ss; b0 < se; b0 += 32) {
         const u32 t = b0 + lane;
         const bool live = t < se;
-        const Step st = read_step(n_hold, n_bar, n_cost, n_word, cost_per_side);
-        if (t + 32 < se) {
-            const u32 k = t + 32 - split_start;
-            n_hold = step_hold[k];
-            n_bar = step_bar[k];
-            n_cost = step_cost[k];
-            n_word = step_word[k];
-        } else {
-            n_hold = n_bar = n_cost = 0.0;
-            n_word = 128u << 16 | 128u << 24;
-        }
+        const Step st = next.step();
+        next.load(t + 32);
         s_term[0 * 32 + lane] = live ? st.pnl : 0.0;
         s_term[1 * 32 + lane] = st.hold;
         s_term[2 * 32 + lane] = st.bar_less_cost;
@@ -1041,29 +1056,13 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
     Exactness ex;
     u32 np = 0, nc = 0;
     bool nz_second_last = false, nz_last = false;
-    double n_hold = 0.0, n_bar = 0.0, n_cost_v = 0.0;
-    u32 n_word = 128u << 16 | 128u << 24;
-    if (ss + lane < se) {
-        const u32 k = ss + lane - split_start;
-        n_hold = step_hold[k];
-        n_bar = step_bar[k];
-        n_cost_v = step_cost[k];
-        n_word = step_word[k];
-    }
+    StepAhead next{step_hold, step_bar, step_cost, step_word, split_start, se, cost_per_side};
+    next.load(ss + lane);
     for (u32 b0 = ss; b0 < se; b0 += 32) {
         const u32 t = b0 + lane;
         const bool live = t < se;
-        const Step st = read_step(n_hold, n_bar, n_cost_v, n_word, cost_per_side);
-        if (t + 32 < se) {
-            const u32 k = t + 32 - split_start;
-            n_hold = step_hold[k];
-            n_bar = step_bar[k];
-            n_cost_v = step_cost[k];
-            n_word = step_word[k];
-        } else {
-            n_hold = n_bar = n_cost_v = 0.0;
-            n_word = 128u << 16 | 128u << 24;
-        }
+        const Step st = next.step();
+        next.load(t + 32);
         const double pnl = live ? st.pnl : 0.0, cost = st.cost;
         u32 traded = live ? st.traded : 0;
         // Gathered in bar order: each lane's place among the block's non-zero steps and costs.
