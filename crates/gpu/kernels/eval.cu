@@ -233,15 +233,22 @@ __device__ __forceinline__ void dense_quads(const G& g_, const float* p, u64 w_o
     }
 }
 
+// Whether a layer's weights, biases and rows all start on float4 boundaries, so the quads pass's
+// vector loads are aligned (the parameters' base is 16-byte aligned: cudaMalloc, or the start of
+// shared memory).
+__device__ __forceinline__ bool quads_fit(u64 w_off, u64 b_off, u32 d_out) {
+    return ((w_off | b_off | (u64)d_out) & 3) == 0;
+}
+
 template <int R>
 __device__ __forceinline__ void warp_dense(const float* p, u64 w_off, u64 b_off, u32 d_in,
                                            u32 d_out, const float* x, float* y, u32 rows,
                                            u32 lane) {
     if (d_out * rows <= 32 || d_out < 16)
         dense_narrow(Warp{lane}, p, w_off, b_off, d_in, d_out, x, y, rows);
-    else if (((w_off | b_off | (u64)d_out) & 3) == 0)
+    else if (quads_fit(w_off, b_off, d_out))
         // The warp's rows together, a lane four neighbouring outputs of each: a vector load of
-        // weights serves 4 x R sums (the parameters' base is 16-byte aligned).
+        // weights serves 4 x R sums.
         dense_quads<R>(Warp{lane}, p, w_off, b_off, d_in, d_out, x, y, rows);
     else if (d_out <= 32)
         warp_dense_wide<R, 1>(p, w_off, b_off, d_in, d_out, x, y, rows, lane);
@@ -494,8 +501,7 @@ __device__ __forceinline__ void block_dense(const float* p, u64 w_off, u64 b_off
 // else block_dense.
 __device__ __forceinline__ void block_dense_any(const float* p, u64 w_off, u64 b_off, u32 d_in,
                                                u32 d_out, const float* x, float* y, u32 rows) {
-    // The parameters' base is 16-byte aligned (cudaMalloc, or the start of shared memory).
-    if (((w_off | b_off | (u64)d_out) & 3) == 0) {
+    if (quads_fit(w_off, b_off, d_out)) {
         // A row a thread wherever the block has a thread for every (row, quad): the pass is a
         // chain per thread, and a round waits on it, so the most threads with the shortest
         // chains (each weight load then serves fewer sums).
@@ -840,10 +846,15 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
 
 // ---- Booking ----
 
+// A step's word: the contracts traded (bits 0-15), the position before (bits 16-23) and after
+// (bits 24-31), each plus 128 (|position| <= 127). read_step unpacks it.
+__device__ __forceinline__ u32 pack_step_word(u32 traded, int before, int after) {
+    return (traded & 0xffffu) | ((u32)(before + 128) << 16) | ((u32)(after + 128) << 24);
+}
+
 // Every bar's step of the split at once, a thread a bar: the position before bar t is the
 // decision at the bar before, flat where a session starts (the split's first bar included); the
-// step's hold PnL, bar PnL and cost, and a word packing the contracts traded (bits 0-15), the
-// position before (bits 16-23) and after (bits 24-31), each plus 128.
+// step's hold PnL, bar PnL and cost, and its word (pack_step_word).
 extern "C" __global__ void __launch_bounds__(256)
     book_steps(const double* open, const double* close, const u32* session, const u32* contract,
                u32 split_start, u32 split_end, int max_position, double multiplier,
@@ -865,8 +876,7 @@ extern "C" __global__ void __launch_bounds__(256)
     step_hold[k] = tr.hold_pnl;
     step_bar[k] = tr.bar_pnl;
     step_cost[k] = tr.cost;
-    step_word[k] = (tr.traded & 0xffffu) | ((u32)(before + 128) << 16) |
-                   ((u32)(tr.position + 128) << 24);
+    step_word[k] = pack_step_word(tr.traded, before, tr.position);
 }
 
 // A bar's step as book_steps left it, and what the host's chains read of it.
@@ -902,8 +912,8 @@ struct StepAhead {
     const u32* word_in;
     u32 split_start, se;
     double cost_per_side;
-    double hold = 0.0, bar = 0.0, cost = 0.0;
-    u32 word = 128u << 16 | 128u << 24;
+    double hold, bar, cost;
+    u32 word;
     __device__ __forceinline__ void load(u32 t) {
         if (t < se) {
             const u32 k = t - split_start;
@@ -913,7 +923,7 @@ struct StepAhead {
             word = word_in[k];
         } else {
             hold = bar = cost = 0.0;
-            word = 128u << 16 | 128u << 24;
+            word = pack_step_word(0, 0, 0);
         }
     }
     __device__ __forceinline__ Step step() const {
