@@ -836,6 +836,8 @@ pub struct DeviceVariants {
     pub walk_rows: Vec<u32>,
     /// `reuse` or `full`: how a walk in a position gets its first hidden layer.
     pub first_layer: Vec<String>,
+    /// `auto` or 1 to 8: sessions a booking block takes.
+    pub book_warps: Vec<String>,
     /// Networks judged together (a population's validations), timed beside as many judged one
     /// after another.
     pub members: Vec<usize>,
@@ -1016,6 +1018,17 @@ fn device_eval(
             _ => anyhow::bail!("--first-layer {f}: expected reuse or full"),
         })
         .collect::<Result<Vec<_>>>()?;
+    let book_warps = variants
+        .book_warps
+        .iter()
+        .map(|w| match w.as_str() {
+            "auto" => Ok(None),
+            _ => match w.parse::<u32>() {
+                Ok(n @ 1..=8) => Ok(Some(n)),
+                _ => anyhow::bail!("--book-warps {w}: expected auto or 1 to 8"),
+            },
+        })
+        .collect::<Result<Vec<_>>>()?;
     let stitches = variants
         .stitch
         .iter()
@@ -1065,16 +1078,21 @@ fn device_eval(
         .flat_map(|c| stitches.iter().map(move |s| (c, s)))
         .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
         .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
-        .map(|(((&chunk, (label, team)), &walk), &reuse)| Variant {
-            chunk: Some(chunk),
-            label: label.clone(),
-            team: *team,
-            walk,
-            reuse,
-        })
+        .flat_map(|cswf| book_warps.iter().map(move |b| (cswf, b)))
+        .map(
+            |((((&chunk, (label, team)), &walk), &reuse), &book)| Variant {
+                chunk: Some(chunk),
+                label: label.clone(),
+                team: *team,
+                walk,
+                reuse,
+                book,
+            },
+        )
         .collect();
     for v in &combos {
         let (chunk, label, walk, reuse) = (v.chunk_label(), &v.label, v.walk, v.reuse);
+        let book = v.book.map_or_else(|| "auto".into(), |w| w.to_string());
         v.set(&mut ev)?;
         let first = if reuse { "reuse" } else { "full" };
         let targets = ev.targets(&net, split.clone())?;
@@ -1106,7 +1124,7 @@ fn device_eval(
             Ok(())
         })?;
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
         );
     }
     Variant::default().set(&mut ev)?;
@@ -1135,6 +1153,8 @@ struct Variant {
     team: Option<foxhunt_memory::Stitch>,
     walk: u32,
     reuse: bool,
+    /// Sessions a booking block; `None`: the evaluator's choice.
+    book: Option<u32>,
 }
 
 #[cfg(feature = "cuda")]
@@ -1147,6 +1167,7 @@ impl Default for Variant {
             team: None,
             walk: foxhunt_memory::WALK_ROWS,
             reuse: true,
+            book: None,
         }
     }
 }
@@ -1158,6 +1179,7 @@ impl Variant {
         ev.set_stitch(self.team)?;
         ev.set_walk_rows(self.walk);
         ev.set_first_layer_reuse(self.reuse);
+        ev.set_book_warps(self.book);
         Ok(())
     }
     /// The chunk's bars as printed: `auto` for the evaluator's choice.

@@ -118,6 +118,10 @@ enum Bench {
         /// summed again).
         #[arg(long, value_delimiter = ',', default_value = "reuse")]
         first_layer: Vec<String>,
+        /// Sessions a booking block takes, side by side (cuda): `auto` (the evaluator's choice)
+        /// or 1 to 8.
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
+        book_warps: Vec<String>,
         /// Networks judged together, side by side with as many one after another (cuda; a
         /// population's validations), e.g. 1,4,16,64.
         #[arg(long, value_delimiter = ',')]
@@ -249,6 +253,7 @@ fn main() -> Result<()> {
                     stitch,
                     walk_rows,
                     first_layer,
+                    book_warps,
                     members,
                 },
         } => bench::eval(
@@ -260,6 +265,7 @@ fn main() -> Result<()> {
                 stitch,
                 walk_rows,
                 first_layer,
+                book_warps,
                 members,
             },
         ),

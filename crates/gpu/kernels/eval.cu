@@ -32,11 +32,11 @@
 // Booking (book_steps, book_sessions, book_total). A bar's step depends only on the position
 // before it and the decision, so every bar's step is computed in parallel (book_steps, a thread a
 // bar); the host's sums are sequential chains: a day's PnL and each trade's PnL within a session
-// (a warp a session), the costs and the equity curve over the split (one block). Each runs in
-// parallel only where that is exact, else as the host's chain: when every term is a whole
-// multiple of one power of two and the sum of their magnitudes is below 2^52 of it, every
-// partial sum is representable, so every order of adding gives the host's bits (ES, NQ: prices on
-// a quarter-point grid, costs such as 2.50 a side).
+// (a block a session, its warps a slice each), the costs and the equity curve over the split
+// (one block). Each runs in parallel only where that is exact, else as the host's chain: when
+// every term is a whole multiple of one power of two and the sum of their magnitudes is below
+// 2^52 of it, every partial sum is representable, so every order of adding gives the host's bits
+// (ES, NQ: prices on a quarter-point grid, costs such as 2.50 a side).
 //
 // A population. Every kernel also judges the networks of several members at once, a member a row
 // of blocks (blockIdx.y): its parameters and layout come from the member table (two addresses a
@@ -1023,20 +1023,36 @@ __device__ __forceinline__ void session_chains(u32 ss, u32 se, u32 split_start, 
     *nbars_out = nbars;
 }
 
-// One warp a session of the split (bars [sess_start[s], sess_end[s])), 32 bars at a time, from
-// the steps book_steps computed (the next 32 read while these are booked): the session's
-// non-zero step PnLs and costs gathered in bar order (into pnl_out / cost_out from the
-// session's first row on, for book_total's chains over the split), with `seen`: whether the
-// equity after that step is a point of the host's curve (the point after the bar before a
-// session's last is overwritten by the last bar's equity).
+// What a warp of book_sessions leaves for the session's sum over its warps: its slice's sums
+// (from zero carries), the trade it leaves open (its last opening), and the close in it whose
+// trade opened in an earlier slice (its orphan: at most one, the slice's first close when no
+// opening comes before it in the slice).
+struct SliceSum {
+    double day, z, base, o_zex, o_hold, o_exit, mag;
+    unsigned long long ntr, nwin, nbars, ncon;
+    u32 in_bars, in_base, o_in;
+    int q;
+    bool opened, orphan, finite, nz_second_last, nz_last;
+};
+
+// A block a session of the split (bars [sess_start[s], sess_end[s])), its warps each booking a
+// slice of whole 32s of the session, 32 bars at a time, from the steps book_steps computed (the
+// next 32 read while these are booked): the session's non-zero step PnLs and costs gathered in
+// bar order (into pnl_out / cost_out from the session's first row on, for book_total's chains
+// over the split; each warp's place after the slices before it, counted first), with `seen`:
+// whether the equity after that step is a point of the host's curve (the point after the bar
+// before a session's last is overwritten by the last bar's equity).
 //
-// The host's chains, the day's PnL and each trade's PnL, are sums in bar order. The warp sums
+// The host's chains, the day's PnL and each trade's PnL, are sums in bar order. The warps sum
 // them side by side: the day's PnL a warp sum a batch; a trade's PnL from the prefix sum of the
 // terms its chain adds while held (each bar in a position that does not close adds its hold and
-// bar-less-cost parts), taken where it opened and where it closed. It checks, term by term, that
-// every order of adding gives the chain's bits (the rule at the top of this file); where that
-// does not hold for a session, the session's chains run bar by bar (session_chains).
-// Warps of a book_sessions block (the host launches BOOK_WARPS * 32 threads).
+// bar-less-cost parts), taken where it opened and where it closed. A trade open across slices
+// is closed by the session's sum over the warps (warp 0, in slice order), from its slice's
+// prefix at the opening and the carries of the slices in between. Every term is checked: where
+// every order of adding gives the chain's bits (the rule at the top of this file), these sums
+// are the chain's; where that does not hold for a session, warp 0 runs the chains bar by bar
+// (session_chains).
+// Warps of a book_sessions block at most (the host launches 1 to BOOK_WARPS warps a block).
 #define BOOK_WARPS 8
 extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
     book_sessions(u32 split_start, u32 n_bars, double cost_per_side, const u32* sess_start,
@@ -1047,30 +1063,65 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
                   unsigned long long* contracts, double* pnl_out, unsigned char* seen_out,
                   double* cost_out) {
     const unsigned FULL = 0xffffffffu;
-    __shared__ double s_term[BOOK_WARPS][5 * 32];
-    __shared__ unsigned s_flags[BOOK_WARPS][32];
-    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    u32 sid = blockIdx.x * (blockDim.x >> 5) + warp;
+    __shared__ double s_term[5 * 32];
+    __shared__ unsigned s_flags[32];
+    __shared__ u32 s_np[BOOK_WARPS], s_nc[BOOK_WARPS];
+    __shared__ SliceSum s_sum[BOOK_WARPS];
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const u32 sid = blockIdx.x;
     if (sid >= n_sessions) return;
     // The member's part (a row of blocks a member): its steps and its sessions' entries.
     at_member(n_bars, step_hold, step_bar, step_cost, step_word, pnl_out, seen_out, cost_out);
     at_member(n_sessions, daily, n_pnl, n_cost, n_trades, wins, bars, contracts);
     const u32 ss = sess_start[sid], se = sess_end[sid];
     const u32 out0 = ss - split_start;
+    const u32 batches = (se - ss + 31) / 32;
+    const u32 a = ss + 32 * (warp * batches / warps);
+    const u32 b = min(se, ss + 32 * ((warp + 1) * batches / warps));
     const unsigned below = (1u << lane) - 1u;
-    // The chains' carries from batch to batch: the day's PnL, z's prefix sum, the count of
-    // bars in a position, and the last opened trade's base and that count where it opened.
+    // The slice's places: its non-zero steps and costs counted first, the slices before it
+    // summed.
+    {
+        u32 cp = 0, cc = 0;
+#pragma unroll 4
+        for (u32 t = a + lane; t < b; t += 32) {
+            const u32 k = t - split_start;
+            const double cost = step_cost[k];
+            const double pnl = step_hold[k] + step_bar[k] - cost;
+            cp += pnl != 0.0;
+            cc += cost != 0.0;
+        }
+        for (u32 o = 16; o > 0; o >>= 1) {
+            cp += __shfl_xor_sync(FULL, cp, o);
+            cc += __shfl_xor_sync(FULL, cc, o);
+        }
+        if (lane == 0) {
+            s_np[warp] = cp;
+            s_nc[warp] = cc;
+        }
+    }
+    __syncthreads();
+    u32 np = 0, nc = 0;
+    for (u32 v = 0; v < warp; ++v) {
+        np += s_np[v];
+        nc += s_nc[v];
+    }
+    // The chains' carries from batch to batch (from zero at the slice's start): the day's PnL,
+    // z's prefix sum, the count of bars in a position, and the slice's last opened trade's
+    // base and that count where it opened.
     double day = 0.0, held = 0.0, base = 0.0;
     u32 in_carry = 0, in_base = 0;
+    bool opened_before = false, orphan = false;
+    double o_zex = 0.0, o_hold = 0.0, o_exit = 0.0;
+    u32 o_in = 0;
     unsigned long long ntr = 0, nwin = 0, nbars = 0, ncon = 0;
     Exactness ex;
-    u32 np = 0, nc = 0;
     bool nz_second_last = false, nz_last = false;
-    StepAhead next{step_hold, step_bar, step_cost, step_word, split_start, se, cost_per_side};
-    next.load(ss + lane);
-    for (u32 b0 = ss; b0 < se; b0 += 32) {
+    StepAhead next{step_hold, step_bar, step_cost, step_word, split_start, b, cost_per_side};
+    next.load(a + lane);
+    for (u32 b0 = a; b0 < b; b0 += 32) {
         const u32 t = b0 + lane;
-        const bool live = t < se;
+        const bool live = t < b;
         const Step st = next.step();
         next.load(t + 32);
         const double pnl = live ? st.pnl : 0.0, cost = st.cost;
@@ -1120,40 +1171,97 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
         const u32 in_bars = in_carry + __popc(inpos_mask & ((2u << lane) - 1u));
         in_carry += __popc(inpos_mask);
         // The chain's trade PnL after bar t is base + (z's prefix through t), base being the
-        // opening term less that prefix at the last opening (0 before any): a close at t
-        // reads it before t's own terms, adds t's hold, less the exit's cost. Bars held: the
-        // bars in a position since the opening.
+        // opening term less that prefix at the last opening: a close at t reads it before t's
+        // own terms, adds t's hold, less the exit's cost. Bars held: the bars in a position
+        // since the opening. A close with no opening before it in the slice is the slice's
+        // orphan, closed by the sum over the warps.
         const double my_base = st.open_part - z_in;
         const unsigned opened = __ballot_sync(FULL, opens);
         const unsigned earlier = opened & below;
         const u32 src = earlier ? 31 - __clz(earlier) : lane;
         const double b_lane = __shfl_sync(FULL, my_base, src);
         const u32 ib_lane = __shfl_sync(FULL, in_bars, src);
-        const double b = earlier ? b_lane : base;
+        const double bb = earlier ? b_lane : base;
         const u32 ib = earlier ? ib_lane : in_base;
-        const double p = ((b + z_ex) + st.hold) - st.exit_cost;
-        const unsigned closed = __ballot_sync(FULL, closes);
-        ntr += __popc(closed);
-        nwin += __popc(__ballot_sync(FULL, closes && p > 0.0));
-        u32 held_bars = closes ? in_bars - ib : 0;
+        const double p = ((bb + z_ex) + st.hold) - st.exit_cost;
+        const bool lone = closes && !earlier && !opened_before;
+        const bool owned = closes && !lone;
+        ntr += __popc(__ballot_sync(FULL, closes));
+        nwin += __popc(__ballot_sync(FULL, owned && p > 0.0));
+        u32 held_bars = owned ? in_bars - ib : 0;
         for (u32 o = 16; o > 0; o >>= 1) held_bars += __shfl_xor_sync(FULL, held_bars, o);
         nbars += held_bars;
+        const unsigned lone_mask = __ballot_sync(FULL, lone);
+        if (lone_mask) {
+            const u32 l = __ffs(lone_mask) - 1;
+            orphan = true;
+            o_zex = __shfl_sync(FULL, z_ex, l);
+            o_hold = __shfl_sync(FULL, st.hold, l);
+            o_exit = __shfl_sync(FULL, st.exit_cost, l);
+            o_in = __shfl_sync(FULL, in_bars, l);
+        }
         if (opened) {
             const u32 last = 31 - __clz(opened);
             base = __shfl_sync(FULL, my_base, last);
             in_base = __shfl_sync(FULL, in_bars, last);
+            opened_before = true;
         }
     }
-    // The session's verdict on exactness, over every lane's terms.
+    // The slice's verdict on exactness, over every lane's terms.
     for (u32 o = 16; o > 0; o >>= 1) {
         ex.q = min(ex.q, __shfl_xor_sync(FULL, ex.q, o));
         ex.mag += __shfl_xor_sync(FULL, ex.mag, o);
     }
     ex.finite = __all_sync(FULL, ex.finite);
+    if (lane == 0)
+        s_sum[warp] = SliceSum{day,     held,  base,     o_zex,          o_hold,  o_exit,
+                               ex.mag,  ntr,   nwin,     nbars,          ncon,    in_carry,
+                               in_base, o_in,  ex.q,     opened_before,  orphan,  ex.finite,
+                               nz_second_last, nz_last};
+    __syncthreads();
+    if (warp != 0) return;
+    // The session's sums over its slices, in order (every lane of warp 0 alike), with the
+    // trade open at each slice's start: its base and count of bars in a position at the opening
+    // as of the session's start.
+    day = 0.0;
+    ntr = nwin = nbars = ncon = 0;
+    ex = Exactness{};
+    nz_second_last = nz_last = false;
+    double z_carry = 0.0, open_base = 0.0;
+    u32 in_at = 0, open_in = 0;
+    for (u32 v = 0; v < warps; ++v) {
+        const SliceSum& q = s_sum[v];
+        day += q.day;
+        ntr += q.ntr;
+        nwin += q.nwin;
+        nbars += q.nbars;
+        ncon += q.ncon;
+        if (q.orphan) {
+            const double p = ((open_base + (z_carry + q.o_zex)) + q.o_hold) - q.o_exit;
+            nwin += p > 0.0 ? 1 : 0;
+            nbars += (in_at + q.o_in) - open_in;
+        }
+        if (q.opened) {
+            open_base = q.base - z_carry;
+            open_in = in_at + q.in_base;
+        }
+        z_carry += q.z;
+        in_at += q.in_bars;
+        ex.q = min(ex.q, q.q);
+        ex.mag += q.mag;
+        ex.finite = ex.finite && q.finite;
+        nz_second_last = nz_second_last || q.nz_second_last;
+        nz_last = nz_last || q.nz_last;
+    }
     if (!exact_in_any_order(ex.q, ex.mag, ex.finite))
         session_chains(ss, se, split_start, cost_per_side, step_hold, step_bar, step_cost,
-                       step_word, s_term[warp], s_flags[warp], &day, &ntr, &nwin, &nbars);
+                       step_word, s_term, s_flags, &day, &ntr, &nwin, &nbars);
     if (lane == 0) {
+        np = nc = 0;
+        for (u32 v = 0; v < warps; ++v) {
+            np += s_np[v];
+            nc += s_nc[v];
+        }
         if (se - ss >= 2 && nz_second_last && nz_last) seen_out[out0 + np - 2] = 0;
         daily[sid] = day;
         n_pnl[sid] = np;

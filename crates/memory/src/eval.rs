@@ -131,7 +131,8 @@ const ROUND_ROWS: u32 = 256;
 const TEAM_ROWS: u32 = 16;
 /// Bytes of shared memory the evaluation kernels declare statically, at most (with a margin).
 const STATIC_SHARED: u32 = 4096 + 13 * ROUND_ROWS;
-/// Sessions book_sessions takes per block (a warp each; eval.cu's BOOK_WARPS).
+/// Warps of a book_sessions block, each booking a slice of its session (eval.cu's BOOK_WARPS,
+/// the most it takes).
 const BOOK_WARPS: u32 = 8;
 
 /// The tables of one split: its sessions and their chunks, on the device.
@@ -246,6 +247,8 @@ pub struct DeviceEvaluator<'a> {
     /// Bars a chunk, where set (measuring); else [`chunk_bars_for`] the networks and split.
     chunk_bars: Option<usize>,
     chain_only: bool,
+    /// Warps of a book_sessions block (a session's), where set (measuring); else [`BOOK_WARPS`].
+    book_warps: Option<u32>,
     /// Timestamps between the kernels, when asked for (measuring).
     marks: Option<EventMarks>,
     /// A population's member table: each member's parameters' and layout's addresses.
@@ -493,6 +496,7 @@ impl<'a> DeviceEvaluator<'a> {
             tables: None,
             chunk_bars: None,
             chain_only: false,
+            book_warps: None,
             marks: None,
             members: ctx.alloc(0)?,
             ctx,
@@ -528,6 +532,12 @@ impl<'a> DeviceEvaluator<'a> {
     /// Sums the equity as one chain even where the parallel sum is exact (for measuring).
     pub fn set_chain_only(&mut self, on: bool) {
         self.chain_only = on;
+    }
+
+    /// Warps booking a session side by side, each a slice of it (for measuring; `None`:
+    /// [`BOOK_WARPS`], the default; 1 to [`BOOK_WARPS`]). Every value books the same metrics.
+    pub fn set_book_warps(&mut self, warps: Option<u32>) {
+        self.book_warps = warps.map(|w| w.clamp(1, BOOK_WARPS));
     }
 
     /// Records device timestamps between the kernels of every later call (for measuring).
@@ -1106,17 +1116,19 @@ impl<'a> DeviceEvaluator<'a> {
             .output(&mut b.cost);
         // SAFETY: book_sessions(split_start, n_bars, cost_per_side, sess_start, sess_end,
         // n_sessions, step_hold, step_bar, step_cost, step_word, daily, n_pnl, n_cost,
-        // n_trades, wins, bars, contracts, pnl_out, seen_out, cost_out); one warp per session,
+        // n_trades, wins, bars, contracts, pnl_out, seen_out, cost_out); a block of 1 to
+        // BOOK_WARPS warps (the kernel's shared arrays hold BOOK_WARPS warps') per session,
         // reading its own session's steps (book_steps, queued before) and writing its
         // session's entries and, from its first row relative to the split, at most its own
         // rows' count of steps; a row of blocks a network, in its own part of every buffer
         // (n_bars bars, n_sessions sessions); every buffer holds the split's bars or sessions
         // for every row (`prepare`).
+        let warps = self.book_warps.unwrap_or(BOOK_WARPS);
         unsafe {
             l.run_rows(
                 Grid {
-                    blocks: sessions.div_ceil(BOOK_WARPS),
-                    threads: BOOK_WARPS * 32,
+                    blocks: sessions,
+                    threads: warps * 32,
                     shared_bytes: 0,
                 },
                 rows,

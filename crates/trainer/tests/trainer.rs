@@ -1242,21 +1242,29 @@ fn on_the_gpu_booking_equals_the_host_backtest() {
             for split in [0..n, 3..n / 2, n / 2..n - 1, 100..101, 500..503] {
                 let targets: Vec<i8> = split.clone().map(kind).collect();
                 let host = book(&targets, &market, &exec, &cfg, split.clone()).expect("host");
-                let dev = ev
-                    .book_targets(&targets, split.clone(), cfg.capital)
-                    .expect("device");
-                assert_eq!(
-                    format!("{:?}", dev.metrics()),
-                    format!("{:?}", host.metrics),
-                    "{name} {split:?} max {max_position} {costs:?}"
-                );
-                assert_eq!(dev.daily_pnl, host.daily_pnl, "{name}: daily PnL");
-                parallel[usize::from(dev.parallel_equity)] += 1;
-                compared += 1;
+                // A session booked by one warp, or in slices by several (uneven, and the
+                // default), trades open across the slices' edges included.
+                for warps in [1, 3, 8] {
+                    ev.set_book_warps(Some(warps));
+                    let dev = ev
+                        .book_targets(&targets, split.clone(), cfg.capital)
+                        .expect("device");
+                    assert_eq!(
+                        format!("{:?}", dev.metrics()),
+                        format!("{:?}", host.metrics),
+                        "{name} {split:?} max {max_position} {costs:?}, {warps} warps"
+                    );
+                    assert_eq!(
+                        dev.daily_pnl, host.daily_pnl,
+                        "{name}: daily PnL, {warps} warps"
+                    );
+                    parallel[usize::from(dev.parallel_equity)] += 1;
+                    compared += 1;
+                }
             }
         }
     }
-    assert_eq!(compared, 75);
+    assert_eq!(compared, 3 * 75);
     // Both ways of summing the equity were taken.
     assert!(parallel[0] > 0 && parallel[1] > 0, "{parallel:?}");
 }
