@@ -836,8 +836,10 @@ pub struct DeviceVariants {
     pub walk_rows: Vec<u32>,
     /// `reuse` or `full`: how a walk in a position gets its first hidden layer.
     pub first_layer: Vec<String>,
-    /// `auto` or 1 to 8: sessions a booking block takes.
+    /// `auto` or 1 to 8: warps booking a session.
     pub book_warps: Vec<String>,
+    /// `on` or `off`: stitch teams as thread-block clusters.
+    pub stitch_clusters: Vec<String>,
     /// Networks judged together (a population's validations), timed beside as many judged one
     /// after another.
     pub members: Vec<usize>,
@@ -1009,15 +1011,7 @@ fn device_eval(
 ) -> Result<()> {
     use foxhunt_gpu::GpuContext;
     use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, Stitch, WindowData};
-    let firsts = variants
-        .first_layer
-        .iter()
-        .map(|f| match f.as_str() {
-            "reuse" => Ok(true),
-            "full" => Ok(false),
-            _ => anyhow::bail!("--first-layer {f}: expected reuse or full"),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let firsts = switches(&variants.first_layer, "--first-layer", "reuse", "full")?;
     let book_warps = variants
         .book_warps
         .iter()
@@ -1029,6 +1023,7 @@ fn device_eval(
             },
         })
         .collect::<Result<Vec<_>>>()?;
+    let clusters = switches(&variants.stitch_clusters, "--stitch-clusters", "on", "off")?;
     let stitches = variants
         .stitch
         .iter()
@@ -1079,20 +1074,23 @@ fn device_eval(
         .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
         .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
         .flat_map(|cswf| book_warps.iter().map(move |b| (cswf, b)))
+        .flat_map(|cswfb| clusters.iter().map(move |c| (cswfb, c)))
         .map(
-            |((((&chunk, (label, team)), &walk), &reuse), &book)| Variant {
+            |(((((&chunk, (label, team)), &walk), &reuse), &book), &clustered)| Variant {
                 chunk: Some(chunk),
                 label: label.clone(),
                 team: *team,
                 walk,
                 reuse,
                 book,
+                clustered,
             },
         )
         .collect();
     for v in &combos {
         let (chunk, label, walk, reuse) = (v.chunk_label(), &v.label, v.walk, v.reuse);
         let book = v.book.map_or_else(|| "auto".into(), |w| w.to_string());
+        let clustered = if v.clustered { "on" } else { "off" };
         v.set(&mut ev)?;
         let first = if reuse { "reuse" } else { "full" };
         let targets = ev.targets(&net, split.clone())?;
@@ -1124,7 +1122,7 @@ fn device_eval(
             Ok(())
         })?;
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, clusters {clustered:>3}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
         );
     }
     Variant::default().set(&mut ev)?;
@@ -1144,6 +1142,18 @@ fn device_eval(
     Ok(())
 }
 
+/// A two-way setting's list as given to `flag`: each `yes` or `no`.
+#[cfg(feature = "cuda")]
+fn switches(list: &[String], flag: &str, yes: &str, no: &str) -> Result<Vec<bool>> {
+    list.iter()
+        .map(|v| match v.as_str() {
+            v if v == yes => Ok(true),
+            v if v == no => Ok(false),
+            _ => anyhow::bail!("{flag} {v}: expected {yes} or {no}"),
+        })
+        .collect()
+}
+
 /// One combination of the device evaluation's settings (`bench eval`'s lists).
 #[cfg(feature = "cuda")]
 struct Variant {
@@ -1153,8 +1163,10 @@ struct Variant {
     team: Option<foxhunt_memory::Stitch>,
     walk: u32,
     reuse: bool,
-    /// Sessions a booking block; `None`: the evaluator's choice.
+    /// Warps booking a session; `None`: the evaluator's choice.
     book: Option<u32>,
+    /// Stitch teams as thread-block clusters.
+    clustered: bool,
 }
 
 #[cfg(feature = "cuda")]
@@ -1168,6 +1180,7 @@ impl Default for Variant {
             walk: foxhunt_memory::WALK_ROWS,
             reuse: true,
             book: None,
+            clustered: true,
         }
     }
 }
@@ -1180,6 +1193,7 @@ impl Variant {
         ev.set_walk_rows(self.walk);
         ev.set_first_layer_reuse(self.reuse);
         ev.set_book_warps(self.book);
+        ev.set_stitch_clusters(self.clustered);
         Ok(())
     }
     /// The chunk's bars as printed: `auto` for the evaluator's choice.

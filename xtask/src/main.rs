@@ -118,10 +118,14 @@ enum Bench {
         /// summed again).
         #[arg(long, value_delimiter = ',', default_value = "reuse")]
         first_layer: Vec<String>,
-        /// Sessions a booking block takes, side by side (cuda): `auto` (the evaluator's choice)
-        /// or 1 to 8.
+        /// Warps booking a session, side by side (cuda): `auto` (the evaluator's choice) or 1
+        /// to 8.
         #[arg(long, value_delimiter = ',', default_value = "auto")]
         book_warps: Vec<String>,
+        /// Stitch teams as thread-block clusters where the device runs them so, side by side
+        /// (cuda): `on` (the evaluator's default) or `off` (a barrier in global memory).
+        #[arg(long, value_delimiter = ',', default_value = "on")]
+        stitch_clusters: Vec<String>,
         /// Networks judged together, side by side with as many one after another (cuda; a
         /// population's validations), e.g. 1,4,16,64.
         #[arg(long, value_delimiter = ',')]
@@ -254,6 +258,7 @@ fn main() -> Result<()> {
                     walk_rows,
                     first_layer,
                     book_warps,
+                    stitch_clusters,
                     members,
                 },
         } => bench::eval(
@@ -266,6 +271,7 @@ fn main() -> Result<()> {
                 walk_rows,
                 first_layer,
                 book_warps,
+                stitch_clusters,
                 members,
             },
         ),

@@ -679,7 +679,13 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
         if (team.size > 1) {
             int* set = team.act + (round & 1) * team.size * team.rows;
             for (u32 r = threadIdx.x; r < mine; r += blockDim.x) set[mine0 + r] = s.act[r];
-            blocks_barrier(team.bar, team.size);
+            // A team launched as one thread-block cluster meets at the cluster's barrier (its
+            // writes to global memory ordered at the cluster's scope, read through L2 below),
+            // else at the barrier in global memory.
+            if (cluster_blocks() == team.size)
+                cluster_barrier();
+            else
+                blocks_barrier(team.bar, team.size);
             for (u32 r = threadIdx.x; r < rows; r += blockDim.x) s_act[r] = __ldcg(set + r);
             __syncthreads();
             act = s_act;

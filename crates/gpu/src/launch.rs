@@ -183,8 +183,12 @@ pub struct Launch<'a> {
     ctx: &'a GpuContext,
     f: &'a CudaFunction,
     /// The addresses of the arguments, for a launch through the driver itself (clusters, which
-    /// cudarc does not launch); `None` once a buffer is pushed (only values are kept so).
-    values: Option<Vec<*mut c_void>>,
+    /// cudarc does not launch).
+    values: Vec<*mut c_void>,
+    /// The device addresses of the buffers pushed, each boxed so that its place in `values`
+    /// stays valid while more are pushed (the Vec's own storage moves as it grows).
+    #[allow(clippy::vec_box)]
+    buffers: Vec<Box<u64>>,
 }
 
 impl GpuContext {
@@ -195,31 +199,36 @@ impl GpuContext {
             name: kernel.name,
             ctx: self,
             f: &kernel.f,
-            values: Some(Vec::new()),
+            values: Vec::new(),
+            buffers: Vec::new(),
         }
     }
 }
 
 impl<'a> Launch<'a> {
     /// A buffer the kernel reads (`const T*`).
-    pub fn input<T>(mut self, b: &'a DeviceBuffer<T>) -> Self {
+    pub fn input<T: Elem>(mut self, b: &'a DeviceBuffer<T>) -> Self {
+        self.push_address(b);
         self.args.arg(b.raw());
-        self.values = None;
         self
     }
     /// A buffer the kernel writes (`T*`).
-    pub fn output<T>(mut self, b: &'a mut DeviceBuffer<T>) -> Self {
+    pub fn output<T: Elem>(mut self, b: &'a mut DeviceBuffer<T>) -> Self {
+        self.push_address(b);
         self.args.arg(b.raw_mut());
-        self.values = None;
         self
     }
     /// A scalar argument.
     pub fn value<T: Elem>(mut self, v: &'a T) -> Self {
         self.args.arg(v);
-        if let Some(values) = self.values.as_mut() {
-            values.push(v as *const T as *mut c_void);
-        }
+        self.values.push(v as *const T as *mut c_void);
         self
+    }
+    /// Keeps `b`'s device address for a launch through the driver (its argument is the address).
+    fn push_address<T: Elem>(&mut self, b: &DeviceBuffer<T>) {
+        let a = Box::new(self.ctx.address(b));
+        self.values.push(&*a as *const u64 as *mut c_void);
+        self.buffers.push(a);
     }
     /// Queues the launch as a cooperative launch: every block of `grid` is resident at once, so
     /// the blocks may wait for each other (grid barriers). The driver refuses a grid larger than
@@ -254,35 +263,51 @@ impl<'a> Launch<'a> {
 
     /// Queues the launch with `rows` rows of `grid.blocks` blocks (blockIdx.y is the row), each
     /// row one thread-block cluster: its blocks run at once and may meet at the cluster's
-    /// barrier and write each other's shared memory. The arguments must all be values (buffers
-    /// passed as their addresses): a buffer pushed is a programmer's error (panics). Check
-    /// [`Kernel::max_clusters`] first: the driver refuses clusters the device cannot hold.
-    /// Asynchronous.
+    /// barrier and write each other's shared memory. Check [`Kernel::max_clusters`] first: the
+    /// driver refuses clusters the device cannot hold. Asynchronous.
     ///
     /// # Safety
     /// As [`Launch::run`], for the whole grid of rows.
     pub unsafe fn run_clusters(self, grid: Grid, rows: u32) -> Result<(), GpuError> {
-        let mut values = self
-            .values
-            .expect("a clustered launch takes values only (buffers as their addresses)");
-        let mut attr = cluster_attribute(grid.blocks);
+        // SAFETY: the caller's contract.
+        unsafe { self.run_clusters_of(grid, rows, grid.blocks) }
+    }
+
+    /// As [`Launch::run_clusters`], each row's blocks in clusters of `cluster` neighbours
+    /// (blocks `k * cluster ..` of a row; `grid.blocks` a multiple of `cluster`).
+    ///
+    /// # Safety
+    /// As [`Launch::run`], for the whole grid of rows.
+    pub unsafe fn run_clusters_of(
+        mut self,
+        grid: Grid,
+        rows: u32,
+        cluster: u32,
+    ) -> Result<(), GpuError> {
+        assert!(
+            cluster > 0 && grid.blocks.is_multiple_of(cluster),
+            "{} blocks in clusters of {cluster}",
+            grid.blocks
+        );
+        let mut attr = cluster_attribute(cluster);
         let cfg = cluster_config(self.ctx, grid, rows, &mut attr);
         let what = || {
             format!(
-                "launching {} ({} x {rows} blocks in clusters of {})",
-                self.name, grid.blocks, grid.blocks
+                "launching {} ({} x {rows} blocks in clusters of {cluster})",
+                self.name, grid.blocks
             )
         };
         self.ctx.bind()?;
-        // SAFETY: `values` holds the address of every argument, in the kernel's order (only
-        // values were pushed, each borrowed for 'a, so alive here); `cfg` and its attribute are
-        // live locals; the function belongs to a module its context keeps loaded; the caller's
-        // contract covers what the kernel reads and writes.
+        // SAFETY: `values` holds the address of every argument, in the kernel's order: each
+        // value borrowed for 'a (alive here), each buffer's device address boxed in `buffers`
+        // (alive with `self`); `cfg` and its attribute are live locals; the function belongs to
+        // a module its context keeps loaded; the caller's contract covers what the kernel reads
+        // and writes.
         unsafe {
             sys::cuLaunchKernelEx(
                 &cfg,
                 self.f.cu_function(),
-                values.as_mut_ptr(),
+                self.values.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         }

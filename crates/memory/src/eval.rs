@@ -249,6 +249,8 @@ pub struct DeviceEvaluator<'a> {
     chain_only: bool,
     /// Warps of a book_sessions block (a session's), where set (measuring); else [`BOOK_WARPS`].
     book_warps: Option<u32>,
+    /// Whether stitch teams may be thread-block clusters (on by default; off for measuring).
+    stitch_clusters: bool,
     /// Timestamps between the kernels, when asked for (measuring).
     marks: Option<EventMarks>,
     /// A population's member table: each member's parameters' and layout's addresses.
@@ -497,6 +499,7 @@ impl<'a> DeviceEvaluator<'a> {
             chunk_bars: None,
             chain_only: false,
             book_warps: None,
+            stitch_clusters: true,
             marks: None,
             members: ctx.alloc(0)?,
             ctx,
@@ -538,6 +541,13 @@ impl<'a> DeviceEvaluator<'a> {
     /// [`BOOK_WARPS`], the default; 1 to [`BOOK_WARPS`]). Every value books the same metrics.
     pub fn set_book_warps(&mut self, warps: Option<u32>) {
         self.book_warps = warps.map(|w| w.clamp(1, BOOK_WARPS));
+    }
+
+    /// Whether a stitch team of several blocks is launched as one thread-block cluster where
+    /// the device runs the teams so (the default), or meets at a barrier in global memory (for
+    /// measuring and tests). Both give the same decisions.
+    pub fn set_stitch_clusters(&mut self, on: bool) {
+        self.stitch_clusters = on;
     }
 
     /// Records device timestamps between the kernels of every later call (for measuring).
@@ -918,7 +928,7 @@ impl<'a> DeviceEvaluator<'a> {
         }
 
         // The true path, a team of blocks a session.
-        let (team, ls, blocks) = self.stitch_grid(net, sessions, rows)?;
+        let (team, ls, blocks, clustered) = self.stitch_grid(net, sessions, rows)?;
         let first_rows = first_rows(team.rows);
         let per_team = 2 * team.team as usize * ls.rows as usize;
         let teams = (blocks / team.team) as usize * nets.len();
@@ -966,9 +976,12 @@ impl<'a> DeviceEvaluator<'a> {
         // barrier) for every team of every row; a row of blocks a network, its parts of the
         // buffers (bars, chunks, teams) as for eval_chunks; the walks were queued before on
         // this stream; shared memory as for eval_chunks. A team of several blocks waits at
-        // barriers for all of them: the cooperative launch makes every block of every row
-        // resident at once, or fails.
-        if team.team > 1 {
+        // barriers for all of them: as one cluster (its blocks run at once, `stitch_grid`
+        // checked that the device holds them), or in a cooperative launch that makes every
+        // block of every row resident at once, or fails.
+        if clustered {
+            unsafe { l.run_clusters_of(ls.grid(blocks), rows, team.team) }?;
+        } else if team.team > 1 {
             unsafe { l.run_cooperative_rows(ls.grid(blocks), rows) }?;
         } else {
             unsafe { l.run_rows(ls.grid(blocks), rows) }?;
@@ -979,15 +992,18 @@ impl<'a> DeviceEvaluator<'a> {
         Ok(())
     }
 
-    /// The stitch's teams, its blocks' layout and the blocks of its launch a row (of `rows`
-    /// networks): with teams of several blocks, as many teams as the device holds at once (up to
-    /// one a session).
+    /// The stitch's teams, its blocks' layout, the blocks of its launch a row (of `rows`
+    /// networks) and whether each team is one thread-block cluster: with teams of several
+    /// blocks, as many teams as the device holds at once (up to one a session), as clusters
+    /// where the device runs that many clusters of a team's blocks at once (their barrier is
+    /// the cluster's, cheaper than the barrier in global memory a cooperative launch's teams
+    /// meet at).
     fn stitch_grid(
         &self,
         net: &MemberNet,
         sessions: u32,
         rows: u32,
-    ) -> Result<(Stitch, BlockLayout, u32), MemoryError> {
+    ) -> Result<(Stitch, BlockLayout, u32, bool), MemoryError> {
         let full = self.block_layout(net, STITCH_THREADS, None, true)?;
         let resident = |l: &BlockLayout| -> Result<u32, MemoryError> {
             Ok(self.sms
@@ -1004,7 +1020,7 @@ impl<'a> DeviceEvaluator<'a> {
         team.rows = team.rows.min(full.rows);
         let ls = self.block_layout(net, STITCH_THREADS, Some(team.rows), true)?;
         if team.team == 1 {
-            return Ok((team, ls, sessions));
+            return Ok((team, ls, sessions, false));
         }
         let teams = (resident(&ls)? / rows / team.team).min(sessions);
         if teams == 0 {
@@ -1013,7 +1029,12 @@ impl<'a> DeviceEvaluator<'a> {
                 team.team
             )));
         }
-        Ok((team, ls, teams * team.team))
+        // Clusters only where the device runs as many teams so: fewer teams, each following
+        // more sessions, cost more than the cheaper barrier saves (a month of 20 sessions on
+        // the H100, teams of 6: a third slower).
+        let clustered = self.stitch_clusters
+            && self.k.stitch.max_clusters(&self.ctx, ls.grid(team.team))? >= teams * rows;
+        Ok((team, ls, teams * team.team, clustered))
     }
 
     /// A walking kernel's blocks of `threads` threads: the rows a network pass decides (`rows`,

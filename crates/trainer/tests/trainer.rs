@@ -931,28 +931,46 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 // Decided and booked on the device: the same metrics to the bit, whatever the
                 // chunks the walk is cut into and the rows its rounds take, the stitch's teams
                 // (one block, or several deciding 1 to 32 bars each a round), whether the walks
-                // start from the flat pass's first-layer sums or sum every input again, and
-                // however the equity is summed.
+                // start from the flat pass's first-layer sums or sum every input again,
+                // however the equity is summed, and whether a team meets at a thread-block
+                // cluster's barrier (where the device runs its teams so) or in global memory.
                 let team = |team, rows| Some(foxhunt_memory::Stitch { team, rows });
-                for (chunk, walk, stitch, reuse, chain) in [
-                    (foxhunt_memory::CHUNK_BARS, 8, None, true, false),
-                    (foxhunt_memory::CHUNK_BARS, 8, None, false, false),
-                    (1, 1, team(1, 32), true, true),
-                    (7, 32, team(3, 1), false, false),
-                    (300, 5, team(8, 32), true, true),
-                    (foxhunt_memory::CHUNK_BARS, 2, team(2, 5), false, false),
+                for (chunk, walk, stitch, reuse, chain, clusters) in [
+                    (foxhunt_memory::CHUNK_BARS, 8, None, true, false, true),
+                    (foxhunt_memory::CHUNK_BARS, 8, None, false, false, false),
+                    (1, 1, team(1, 32), true, true, true),
+                    (7, 32, team(3, 1), false, false, true),
+                    (300, 5, team(8, 32), true, true, true),
+                    (300, 5, team(8, 32), true, false, false),
+                    (
+                        foxhunt_memory::CHUNK_BARS,
+                        2,
+                        team(2, 5),
+                        false,
+                        false,
+                        false,
+                    ),
+                    (
+                        foxhunt_memory::CHUNK_BARS,
+                        2,
+                        team(16, 2),
+                        true,
+                        false,
+                        true,
+                    ),
                 ] {
                     ev.set_chunk_bars(Some(chunk));
                     ev.set_walk_rows(walk);
                     ev.set_stitch(stitch).expect("stitch");
+                    ev.set_stitch_clusters(clusters);
                     ev.set_first_layer_reuse(reuse);
                     ev.set_chain_only(chain);
                     let got = ev.targets(&net, split.clone()).expect("device decisions");
                     assert_eq!(
                         want.iter().zip(&got).position(|(a, b)| a != b),
                         None,
-                        "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?}, \
-                         first-layer reuse {reuse} decide otherwise"
+                        "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?} \
+                         (clusters {clusters}), first-layer reuse {reuse} decide otherwise"
                     );
                     let judged = ev.judge(&net, split.clone(), cfg.capital).expect("judged");
                     assert_eq!(
@@ -965,6 +983,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 ev.set_chunk_bars(None);
                 ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
                 ev.set_stitch(None).expect("stitch");
+                ev.set_stitch_clusters(true);
                 ev.set_first_layer_reuse(true);
                 ev.set_chain_only(false);
                 compared += 1;
