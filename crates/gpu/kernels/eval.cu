@@ -892,11 +892,16 @@ struct Step {
     u32 traded;
 };
 
+// A step's PnL as the host books it: hold and bar PnL less the cost.
+__device__ __forceinline__ double step_pnl(double hold, double bar, double cost) {
+    return hold + bar - cost;
+}
+
 __device__ __forceinline__ Step read_step(double hold, double bar, double cost, u32 word,
                                           double cost_per_side) {
     Step st;
     const int before = (int)((word >> 16) & 0xffu) - 128, after = (int)(word >> 24) - 128;
-    st.pnl = hold + bar - cost;
+    st.pnl = step_pnl(hold, bar, cost);
     st.cost = cost;
     st.hold = hold;
     st.traded = word & 0xffffu;
@@ -1093,7 +1098,7 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
         for (u32 t = a + lane; t < b; t += 32) {
             const u32 k = t - split_start;
             const double cost = step_cost[k];
-            const double pnl = step_hold[k] + step_bar[k] - cost;
+            const double pnl = step_pnl(step_hold[k], step_bar[k], cost);
             cp += pnl != 0.0;
             cc += cost != 0.0;
         }
