@@ -838,6 +838,8 @@ pub struct DeviceVariants {
     pub first_layer: Vec<String>,
     /// `auto` or 1 to 8: warps booking a session.
     pub book_warps: Vec<String>,
+    /// `auto` or 1 to 8: blocks (one cluster) summing a split's rows.
+    pub book_blocks: Vec<String>,
     /// `on` or `off`: stitch teams as thread-block clusters.
     pub stitch_clusters: Vec<String>,
     /// Networks judged together (a population's validations), timed beside as many judged one
@@ -1012,17 +1014,16 @@ fn device_eval(
     use foxhunt_gpu::GpuContext;
     use foxhunt_memory::{DeviceEvaluator, DevicePool, NetOnDevice, Stitch, WindowData};
     let firsts = switches(&variants.first_layer, "--first-layer", "reuse", "full")?;
-    let book_warps = variants
-        .book_warps
-        .iter()
-        .map(|w| match w.as_str() {
-            "auto" => Ok(None),
-            _ => match w.parse::<u32>() {
-                Ok(n @ 1..=8) => Ok(Some(n)),
-                _ => anyhow::bail!("--book-warps {w}: expected auto or 1 to 8"),
-            },
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let book_warps = counts(
+        &variants.book_warps,
+        "--book-warps",
+        foxhunt_memory::BOOK_WARPS,
+    )?;
+    let book_blocks = counts(
+        &variants.book_blocks,
+        "--book-blocks",
+        foxhunt_memory::BOOK_BLOCKS,
+    )?;
     let clusters = switches(&variants.stitch_clusters, "--stitch-clusters", "on", "off")?;
     let stitches = variants
         .stitch
@@ -1074,15 +1075,17 @@ fn device_eval(
         .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
         .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
         .flat_map(|cswf| book_warps.iter().map(move |b| (cswf, b)))
-        .flat_map(|cswfb| clusters.iter().map(move |c| (cswfb, c)))
+        .flat_map(|cswfb| book_blocks.iter().map(move |t| (cswfb, t)))
+        .flat_map(|cswfbt| clusters.iter().map(move |c| (cswfbt, c)))
         .map(
-            |(((((&chunk, (label, team)), &walk), &reuse), &book), &clustered)| Variant {
+            |((((((&chunk, (label, team)), &walk), &reuse), &book), &total), &clustered)| Variant {
                 chunk: Some(chunk),
                 label: label.clone(),
                 team: *team,
                 walk,
                 reuse,
                 book,
+                total,
                 clustered,
             },
         )
@@ -1090,6 +1093,7 @@ fn device_eval(
     for v in &combos {
         let (chunk, label, walk, reuse) = (v.chunk_label(), &v.label, v.walk, v.reuse);
         let book = v.book.map_or_else(|| "auto".into(), |w| w.to_string());
+        let total = v.total.map_or_else(|| "auto".into(), |b| b.to_string());
         let clustered = if v.clustered { "on" } else { "off" };
         v.set(&mut ev)?;
         let first = if reuse { "reuse" } else { "full" };
@@ -1122,7 +1126,7 @@ fn device_eval(
             Ok(())
         })?;
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, clusters {clustered:>3}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, book blocks {total:>4}, clusters {clustered:>3}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
         );
     }
     Variant::default().set(&mut ev)?;
@@ -1140,6 +1144,20 @@ fn device_eval(
         )?;
     }
     Ok(())
+}
+
+/// A count's list as given to `flag`: each `auto` (`None`) or 1 to `max`.
+#[cfg(feature = "cuda")]
+fn counts(list: &[String], flag: &str, max: u32) -> Result<Vec<Option<u32>>> {
+    list.iter()
+        .map(|v| match v.as_str() {
+            "auto" => Ok(None),
+            _ => match v.parse::<u32>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
+                _ => anyhow::bail!("{flag} {v}: expected auto or 1 to {max}"),
+            },
+        })
+        .collect()
 }
 
 /// A two-way setting's list as given to `flag`: each `yes` or `no`.
@@ -1165,6 +1183,8 @@ struct Variant {
     reuse: bool,
     /// Warps booking a session; `None`: the evaluator's choice.
     book: Option<u32>,
+    /// Blocks summing the split's rows; `None`: the evaluator's choice.
+    total: Option<u32>,
     /// Stitch teams as thread-block clusters.
     clustered: bool,
 }
@@ -1180,6 +1200,7 @@ impl Default for Variant {
             walk: foxhunt_memory::WALK_ROWS,
             reuse: true,
             book: None,
+            total: None,
             clustered: true,
         }
     }
@@ -1193,6 +1214,7 @@ impl Variant {
         ev.set_walk_rows(self.walk);
         ev.set_first_layer_reuse(self.reuse);
         ev.set_book_warps(self.book);
+        ev.set_book_blocks(self.total);
         ev.set_stitch_clusters(self.clustered);
         Ok(())
     }

@@ -122,6 +122,10 @@ enum Bench {
         /// to 8.
         #[arg(long, value_delimiter = ',', default_value = "auto")]
         book_warps: Vec<String>,
+        /// Blocks summing a split's rows (the equity, the drawdown, the costs), one cluster,
+        /// side by side (cuda): `auto` (the evaluator's choice) or 1 to 8.
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
+        book_blocks: Vec<String>,
         /// Stitch teams as thread-block clusters where the device runs them so, side by side
         /// (cuda): `on` (the evaluator's default) or `off` (a barrier in global memory).
         #[arg(long, value_delimiter = ',', default_value = "on")]
@@ -258,6 +262,7 @@ fn main() -> Result<()> {
                     walk_rows,
                     first_layer,
                     book_warps,
+                    book_blocks,
                     stitch_clusters,
                     members,
                 },
@@ -271,6 +276,7 @@ fn main() -> Result<()> {
                 walk_rows,
                 first_layer,
                 book_warps,
+                book_blocks,
                 stitch_clusters,
                 members,
             },

@@ -33,7 +33,7 @@
 // before it and the decision, so every bar's step is computed in parallel (book_steps, a thread a
 // bar); the host's sums are sequential chains: a day's PnL and each trade's PnL within a session
 // (a block a session, its warps a slice each), the costs and the equity curve over the split
-// (one block). Each runs in parallel only where that is exact, else as the host's chain: when
+// (a cluster of blocks, each a run of the split's rows). Each runs in parallel only where that is exact, else as the host's chain: when
 // every term is a whole multiple of one power of two and the sum of their magnitudes is below
 // 2^52 of it, every partial sum is representable, so every order of adding gives the host's bits
 // (ES, NQ: prices on a quarter-point grid, costs such as 2.50 a side).
@@ -1049,10 +1049,11 @@ struct SliceSum {
 // A block a session of the split (bars [sess_start[s], sess_end[s])), its warps each booking a
 // slice of whole 32s of the session, 32 bars at a time, from the steps book_steps computed (the
 // next 32 read while these are booked): the session's non-zero step PnLs and costs gathered in
-// bar order (into pnl_out / cost_out from the session's first row on, for book_total's chains
-// over the split; each warp's place after the slices before it, counted first), with `seen`:
-// whether the equity after that step is a point of the host's curve (the point after the bar
-// before a session's last is overwritten by the last bar's equity).
+// bar order (into pnl_out / cost_out from the session's first row on, zeros in the session's
+// rows after them, for book_total's sums over the split; each warp's place after the slices
+// before it, counted first), with `seen`: whether the equity after that step is a point of the
+// host's curve (the point after the bar before a session's last is overwritten by the last
+// bar's equity).
 //
 // The host's chains, the day's PnL and each trade's PnL, are sums in bar order. The warps sum
 // them side by side: the day's PnL a warp sum a batch; a trade's PnL from the prefix sum of the
@@ -1112,11 +1113,22 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
         }
     }
     __syncthreads();
-    u32 np = 0, nc = 0;
-    for (u32 v = 0; v < warp; ++v) {
-        np += s_np[v];
-        nc += s_nc[v];
+    u32 np = 0, nc = 0, np_all = 0, nc_all = 0;
+    for (u32 v = 0; v < warps; ++v) {
+        if (v == warp) {
+            np = np_all;
+            nc = nc_all;
+        }
+        np_all += s_np[v];
+        nc_all += s_nc[v];
     }
+    // The session's rows after its non-zero steps (and after its costs) hold zeros, not points,
+    // so book_total sums every row of the split in order.
+    for (u32 k = np_all + threadIdx.x; k < se - ss; k += blockDim.x) {
+        pnl_out[out0 + k] = 0.0;
+        seen_out[out0 + k] = 0;
+    }
+    for (u32 k = nc_all + threadIdx.x; k < se - ss; k += blockDim.x) cost_out[out0 + k] = 0.0;
     // The chains' carries from batch to batch (from zero at the slice's start): the day's PnL,
     // z's prefix sum, the count of bars in a position, and the slice's last opened trade's
     // base and that count where it opened.
@@ -1268,15 +1280,10 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
         session_chains(ss, se, split_start, cost_per_side, step_hold, step_bar, step_cost,
                        step_word, s_term, s_flags, &day, &ntr, &nwin, &nbars);
     if (lane == 0) {
-        np = nc = 0;
-        for (u32 v = 0; v < warps; ++v) {
-            np += s_np[v];
-            nc += s_nc[v];
-        }
-        if (se - ss >= 2 && nz_second_last && nz_last) seen_out[out0 + np - 2] = 0;
+        if (se - ss >= 2 && nz_second_last && nz_last) seen_out[out0 + np_all - 2] = 0;
         daily[sid] = day;
-        n_pnl[sid] = np;
-        n_cost[sid] = nc;
+        n_pnl[sid] = np_all;
+        n_cost[sid] = nc_all;
         n_trades[sid] = ntr;
         wins[sid] = nwin;
         bars[sid] = nbars;
@@ -1284,257 +1291,258 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
     }
 }
 
-// Exclusive scan of one value per thread over the block (op associative, `identity` its
-// neutral element); `total` gets the op over all. Every thread calls it; `tmp` holds 32 values.
-template <typename T, typename Op>
-__device__ T block_scan(T v, T identity, Op op, T* tmp, T* total) {
-    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    T x = v;
-    for (u32 d = 1; d < 32; d <<= 1) {
-        T y = __shfl_up_sync(0xffffffffu, x, d);
-        if (lane >= d) x = op(y, x);
+// Blocks of a book_total row (a cluster) at most: the host launches 1 to BOOK_BLOCKS.
+#define BOOK_BLOCKS 8
+// Below every equity: the top of a run without points.
+#define NO_TOP (-__longlong_as_double(0x7ff0000000000000ll))
+
+// What a run of rows contributes to the split's totals (a warp's segment, a block's rows, a
+// cluster's): the steps' sum and the highest equity at a point of the curve relative to the
+// run's first row (meaningful where the sums are exact), the exactness of the steps and of the
+// costs, the costs' sum, and the counts of a share of the sessions.
+struct BookPart {
+    double sum, top, mag, cmag, csum;
+    unsigned long long tr, win, held, con;
+    int q, cq;
+    bool finite, cfinite;
+};
+
+__device__ __forceinline__ BookPart book_none() {
+    return BookPart{0.0, NO_TOP, 0.0, 0.0, 0.0, 0, 0, 0, 0, 4096, 4096, true, true};
+}
+
+// acc followed by the run q: a top inside q is q's top above acc's sum.
+__device__ __forceinline__ void book_then(BookPart& acc, const BookPart& q) {
+    acc.top = fmax(acc.top, acc.sum + q.top);
+    acc.sum += q.sum;
+    acc.mag += q.mag;
+    acc.cmag += q.cmag;
+    acc.csum += q.csum;
+    acc.tr += q.tr;
+    acc.win += q.win;
+    acc.held += q.held;
+    acc.con += q.con;
+    acc.q = min(acc.q, q.q);
+    acc.cq = min(acc.cq, q.cq);
+    acc.finite = acc.finite && q.finite;
+    acc.cfinite = acc.cfinite && q.cfinite;
+}
+
+// The parts of parts[0..n) before `at`, and of all of them, in order.
+__device__ __forceinline__ void book_upto(const BookPart* parts, u32 n, u32 at, BookPart* before,
+                                          BookPart* all) {
+    BookPart acc = book_none();
+    for (u32 r = 0; r < n; ++r) {
+        if (r == at) *before = acc;
+        book_then(acc, parts[r]);
     }
-    T before = __shfl_up_sync(0xffffffffu, x, 1);
-    if (lane == 0) before = identity;
-    if (lane == 31) tmp[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        T w = lane < warps ? tmp[lane] : identity;
-        for (u32 d = 1; d < 32; d <<= 1) {
-            T y = __shfl_up_sync(0xffffffffu, w, d);
-            if (lane >= d) w = op(y, w);
+    if (at >= n) *before = acc;
+    *all = acc;
+}
+
+// A barrier of the blocks of a row: its cluster's, or the block's where it is alone.
+__device__ __forceinline__ void book_sync(u32 blocks) {
+    if (blocks > 1) cluster_barrier(); else __syncthreads();
+}
+
+template <typename T>
+__device__ __forceinline__ T* book_at(T* p, u32 blocks, u32 rank) {
+    return blocks > 1 ? cluster_ptr(p, rank) : p;
+}
+
+// The host's chain over the rows [k0, k1) from acc, in order, by a whole warp (every lane
+// alike): 32 rows read at once into `buf` (32 doubles of the warp's own) and the next 32 read
+// while the chain adds these from it (a broadcast read a row, off the chain's path; one thread
+// reading ahead itself waits on memory every few rows); y, where given, gets every partial sum.
+__device__ __forceinline__ double warp_chain(const double* x, double* y, u32 k0, u32 k1,
+                                             double acc, double* buf) {
+    const u32 lane = threadIdx.x & 31;
+    double ahead = k0 + lane < k1 ? x[k0 + lane] : 0.0;
+    for (u32 b = k0; b < k1; b += 32) {
+        __syncwarp();
+        buf[lane] = ahead;
+        __syncwarp();
+        ahead = b + 32 + lane < k1 ? x[b + 32 + lane] : 0.0;
+        const u32 n = min(32u, k1 - b);
+        double mine = 0.0;
+#pragma unroll 8
+        for (u32 j = 0; j < n; ++j) {
+            acc += buf[j];
+            if (j == lane) mine = acc;
         }
-        tmp[lane] = w;
+        if (y && lane < n) y[b + lane] = mine;
     }
-    __syncthreads();
-    T out = warp == 0 ? before : op(tmp[warp - 1], before);
-    *total = tmp[warps - 1];
-    __syncthreads();
-    return out;
+    return acc;
 }
 
-struct AddU32 {
-    __device__ u32 operator()(u32 a, u32 b) const { return a + b; }
-};
-struct AddU64 {
-    __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
-        return a + b;
-    }
-};
-struct AddF64 {
-    __device__ double operator()(double a, double b) const { return a + b; }
-};
-struct MaxF64 {
-    __device__ double operator()(double a, double b) const { return fmax(a, b); }
-};
-struct MinI32 {
-    __device__ int operator()(int a, int b) const { return min(a, b); }
-};
-
-// The last i < n with at[i] <= v (at ascending, at[0] <= v).
-__device__ __forceinline__ u32 last_at_most(const u32* at, u32 n, u32 v) {
-    u32 lo = 0, hi = n;
-    while (hi - lo > 1) {
-        const u32 mid = (lo + hi) / 2;
-        if (at[mid] <= v) lo = mid; else hi = mid;
-    }
-    return lo;
-}
-
-// [first, end) of thread i's share of n items.
-__device__ __forceinline__ void share(u32 n, u32* first, u32* end) {
-    u64 i = threadIdx.x, T = blockDim.x;
-    *first = (u32)(i * n / T);
-    *end = (u32)((i + 1) * n / T);
-}
-
-// The split's totals, one block: the session counts scanned into places, the steps gathered in
-// bar order, the costs and the equity summed as the host sums them, the maximum drawdown over
-// the curve's points. out: [0] costs, [1] max drawdown, [2] as a fraction, [3..7) trades, wins,
-// bars held, contracts (u64 bits), [7] 1 when the equity was summed in parallel (exact), then
-// the daily PnL of each session.
+// The split's totals over the rows book_sessions left (each session's non-zero steps and costs
+// in bar order from its first row, zeros after them, so a sum over every row in order adds what
+// the host's chain adds, and only zeros besides): the costs and the equity summed as the host
+// sums them, the maximum drawdown over the curve's points, the sessions' counts. A row of
+// blocks (one cluster) a member, each block a run of rows and each of its warps a segment of
+// that run, in whole 32s. out: [0] costs, [1] max drawdown, [2] as a fraction, [3..7) trades,
+// wins, bars held, contracts (u64 bits), [7] 1 when the equity was summed in parallel (exact),
+// then the daily PnL of each session. E: the equity after each row (scratch).
+//
+// Where every order of adding gives the host's bits (the rule at the top of this file), each
+// warp scans its segment from zero, the parts' sums and tops meet at one barrier of the row and
+// give every warp its carry and the peak before it; else one thread runs the host's chain over
+// the rows and the tops are taken from it (two barriers more). The drawdown's maxima, exact in
+// any grouping, meet in block 0 at the last barrier.
 extern "C" __global__ void __launch_bounds__(1024)
     book_total(u32 n_sessions, const u32* sess_start, u32 split_start, u32 n_bars,
-               const double* daily,
-               const u32* n_pnl, const u32* n_cost, const unsigned long long* n_trades,
-               const unsigned long long* wins, const unsigned long long* bars,
-               const unsigned long long* contracts, const double* pnl, const unsigned char* seen,
-               const double* cost, double capital, u32 chain_only, u32* off_pnl, u32* off_cost,
-               double* V, unsigned char* F, double* C, double* E, double* out) {
-    __shared__ u32 tmp_u32[32];
-    __shared__ unsigned long long tmp_u64[32];
-    __shared__ double tmp_f64[32];
-    __shared__ int tmp_i32[32];
-    __shared__ double s_costs;
-    // The member's part (a block a member, blockIdx.y).
-    at_member(n_sessions, daily, n_pnl, n_cost, n_trades, wins, bars, contracts, off_pnl,
-              off_cost);
-    at_member(n_bars, pnl, seen, cost, V, F, C, E);
-    at_member(8 + n_sessions, out);
-    u32 first, last;
-    // Places of each session's steps and costs in the split's order.
-    share(n_sessions, &first, &last);
-    u32 lp = 0, lc = 0;
-    unsigned long long ltr = 0, lwin = 0, lbars = 0, lcon = 0;
-    for (u32 s = first; s < last; ++s) {
-        lp += n_pnl[s];
-        lc += n_cost[s];
-        ltr += n_trades[s];
-        lwin += wins[s];
-        lbars += bars[s];
-        lcon += contracts[s];
-    }
-    u32 m_pnl, m_cost;
-    u32 bp = block_scan(lp, 0u, AddU32(), tmp_u32, &m_pnl);
-    u32 bc = block_scan(lc, 0u, AddU32(), tmp_u32, &m_cost);
-    for (u32 s = first; s < last; ++s) {
-        off_pnl[s] = bp;
-        off_cost[s] = bc;
-        bp += n_pnl[s];
-        bc += n_cost[s];
-    }
-    unsigned long long tr, win, held, con;
-    block_scan(ltr, 0ull, AddU64(), tmp_u64, &tr);
-    block_scan(lwin, 0ull, AddU64(), tmp_u64, &win);
-    block_scan(lbars, 0ull, AddU64(), tmp_u64, &held);
-    block_scan(lcon, 0ull, AddU64(), tmp_u64, &con);
-    __syncthreads();
-    // Every session's steps and costs into the split's order, an item a thread (neighbouring
-    // threads, neighbouring items), each finding its session among the places.
-    // Four items a thread are read before any is written (the writes could alias the reads as
-    // far as the compiler knows).
-    Exactness ex, cex;
-    double csum = 0.0;
-    const u32 T = blockDim.x;
-    for (u32 j0 = threadIdx.x; j0 < m_pnl; j0 += 4 * T) {
-        double v[4];
-        unsigned char f[4];
-#pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            const u32 j = j0 + i * T;
-            if (j < m_pnl) {
-                const u32 s = last_at_most(off_pnl, n_sessions, j);
-                const u32 src = sess_start[s] - split_start + (j - off_pnl[s]);
-                v[i] = pnl[src];
-                f[i] = seen[src];
-            }
-        }
-#pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            const u32 j = j0 + i * T;
-            if (j < m_pnl) {
-                V[j] = v[i];
-                F[j] = f[i];
-                ex.add(v[i]);
-            }
-        }
-    }
-    for (u32 j0 = threadIdx.x; j0 < m_cost; j0 += 4 * T) {
-        double v[4];
-#pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            const u32 j = j0 + i * T;
-            if (j < m_cost) {
-                const u32 s = last_at_most(off_cost, n_sessions, j);
-                v[i] = cost[sess_start[s] - split_start + (j - off_cost[s])];
-            }
-        }
-#pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            const u32 j = j0 + i * T;
-            if (j < m_cost) {
-                C[j] = v[i];
-                cex.add(v[i]);
-                csum += v[i];
-            }
-        }
-    }
-    __syncthreads();
-    // Exact in any order? (Exactness, over the block.)
-    int qmin, bad;
-    block_scan(ex.q, 4096, MinI32(), tmp_i32, &qmin);
-    block_scan(ex.finite ? 0 : -1, 0, MinI32(), tmp_i32, &bad);
-    double mag_all;
-    block_scan(ex.mag, 0.0, AddF64(), tmp_f64, &mag_all);
-    bool exact = !chain_only && exact_in_any_order(qmin, mag_all, bad == 0);
-    // The costs likewise: summed in parallel where that is exact, else as one chain (beside
-    // the equity's).
-    int qcmin, cbad;
-    block_scan(cex.q, 4096, MinI32(), tmp_i32, &qcmin);
-    block_scan(cex.finite ? 0 : -1, 0, MinI32(), tmp_i32, &cbad);
-    double cmag_all, csum_all;
-    block_scan(cex.mag, 0.0, AddF64(), tmp_f64, &cmag_all);
-    block_scan(csum, 0.0, AddF64(), tmp_f64, &csum_all);
-    bool costs_exact = !chain_only && exact_in_any_order(qcmin, cmag_all, cbad == 0);
-    if (threadIdx.x == 32) {
-        double c = 0.0;
-        if (costs_exact) {
-            c = csum_all;
-        } else {
-            for (u32 k = 0; k < m_cost; ++k) c += C[k];
-        }
-        s_costs = c;
-    }
-    // The curve in segments of whole 32s, a warp a segment, each read 32 neighbouring steps at
-    // a time: a segment's sum (or top) first, the segments' carries scanned over the block, then
-    // the warp's scans along its segment.
+               const double* daily, const u32* n_pnl, const u32* n_cost,
+               const unsigned long long* n_trades, const unsigned long long* wins,
+               const unsigned long long* bars, const unsigned long long* contracts,
+               const double* V, const unsigned char* F, const double* C, double capital,
+               u32 chain_only, double* E, double* out) {
     const unsigned FULL = 0xffffffffu;
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const u32 seg = ((m_pnl + warps - 1) / warps + 31) & ~31u;
-    const u32 s0 = min(warp * seg, m_pnl), s1 = min(s0 + seg, m_pnl);
-    double all;
-    if (exact) {
-        double local = 0.0;
-        for (u32 k = s0 + lane; k < s1; k += 32) local += V[k];
-        for (u32 o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(FULL, local, o);
-        double run = block_scan(lane == 0 ? local : 0.0, 0.0, AddF64(), tmp_f64, &all);
-        run = __shfl_sync(FULL, run, 0);
-        for (u32 b = s0; b < s1; b += 128) {
-            double v[4];
+    // Every block's part (pushed by each block into every block's copy), this block's warps'
+    // parts, the drawdown's maxima of every block (in block 0's), the costs' chain (block 0's).
+    __shared__ BookPart s_part[BOOK_BLOCKS];
+    __shared__ BookPart s_warp[32];
+    __shared__ double s_wmd[32], s_wmf[32];
+    __shared__ double s_md[BOOK_BLOCKS], s_mf[BOOK_BLOCKS];
+    __shared__ double s_costs;
+    __shared__ double s_chain[2][32];
+    // The member's part (a row of blocks a member, blockIdx.y).
+    at_member(n_sessions, daily, n_pnl, n_cost, n_trades, wins, bars, contracts);
+    at_member(n_bars, V, F, C, E);
+    at_member(8 + n_sessions, out);
+    const u32 G = gridDim.x, rank = blockIdx.x, T = blockDim.x;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = T >> 5;
+    const u32 per = ((n_bars + G - 1) / G + 31) & ~31u;
+    const u32 r0 = min(rank * per, n_bars), r1 = min(r0 + per, n_bars);
+    const u32 seg = ((r1 - r0 + warps - 1) / warps + 31) & ~31u;
+    const u32 s0 = min(r0 + warp * seg, r1), s1 = min(s0 + seg, r1);
+    // The sessions' counts (u64: exact in any order), the row's threads sharing the sessions.
+    BookPart mine = book_none();
+    for (u32 s = rank * T + threadIdx.x; s < n_sessions; s += G * T) {
+        mine.tr += n_trades[s];
+        mine.win += wins[s];
+        mine.held += bars[s];
+        mine.con += contracts[s];
+        out[8 + s] = daily[s];
+    }
+    // The segment's steps scanned from zero (the equity relative to the segment's start, in E),
+    // its top at a point, and both sums' exactness.
+    Exactness ex, cex;
+    double run = 0.0, top = NO_TOP, csum = 0.0;
+    for (u32 b = s0; b < s1; b += 128) {
+        double v[4], c[4];
+        bool point[4];
 #pragma unroll
-            for (u32 i = 0; i < 4; ++i) {
-                const u32 k = b + 32 * i + lane;
-                v[i] = k < s1 ? V[k] : 0.0;
-            }
-#pragma unroll
-            for (u32 i = 0; i < 4; ++i) {
-                const u32 k = b + 32 * i + lane;
-                for (u32 o = 1; o < 32; o <<= 1) {
-                    const double u = __shfl_up_sync(FULL, v[i], o);
-                    if (lane >= o) v[i] += u;
-                }
-                if (k < s1) E[k] = run + v[i];
-                run += __shfl_sync(FULL, v[i], 31);
-            }
+        for (u32 i = 0; i < 4; ++i) {
+            const u32 k = b + 32 * i + lane;
+            const bool in = k < s1;
+            v[i] = in ? V[k] : 0.0;
+            c[i] = in ? C[k] : 0.0;
+            point[i] = in && F[k];
         }
-    } else if (threadIdx.x == 0) {
-        // One chain, eight steps read ahead at a time (E's stores could alias V as far as the
-        // compiler knows, so it would not read ahead of them itself).
-        double e = 0.0;
-        for (u32 k0 = 0; k0 < m_pnl; k0 += 8) {
-            double v[8];
 #pragma unroll
-            for (u32 j = 0; j < 8; ++j) v[j] = k0 + j < m_pnl ? V[k0 + j] : 0.0;
-#pragma unroll
-            for (u32 j = 0; j < 8; ++j) {
-                if (k0 + j < m_pnl) {
-                    e += v[j];
-                    E[k0 + j] = e;
-                }
+        for (u32 i = 0; i < 4; ++i) {
+            const u32 k = b + 32 * i + lane;
+            ex.add(v[i]);
+            cex.add(c[i]);
+            csum += c[i];
+            double x = v[i];
+            for (u32 o = 1; o < 32; o <<= 1) {
+                const double u = __shfl_up_sync(FULL, x, o);
+                if (lane >= o) x += u;
             }
+            const double e = run + x;
+            if (k < s1) E[k] = e;
+            if (point[i]) top = fmax(top, e);
+            run += __shfl_sync(FULL, x, 31);
         }
     }
+    for (u32 o = 16; o > 0; o >>= 1) {
+        top = fmax(top, __shfl_xor_sync(FULL, top, o));
+        csum += __shfl_xor_sync(FULL, csum, o);
+        ex.mag += __shfl_xor_sync(FULL, ex.mag, o);
+        cex.mag += __shfl_xor_sync(FULL, cex.mag, o);
+        ex.q = min(ex.q, __shfl_xor_sync(FULL, ex.q, o));
+        cex.q = min(cex.q, __shfl_xor_sync(FULL, cex.q, o));
+        mine.tr += __shfl_xor_sync(FULL, mine.tr, o);
+        mine.win += __shfl_xor_sync(FULL, mine.win, o);
+        mine.held += __shfl_xor_sync(FULL, mine.held, o);
+        mine.con += __shfl_xor_sync(FULL, mine.con, o);
+    }
+    ex.finite = __all_sync(FULL, ex.finite);
+    cex.finite = __all_sync(FULL, cex.finite);
+    if (lane == 0) {
+        mine.sum = run;
+        mine.top = top;
+        mine.mag = ex.mag;
+        mine.cmag = cex.mag;
+        mine.csum = csum;
+        mine.q = ex.q;
+        mine.cq = cex.q;
+        mine.finite = ex.finite;
+        mine.cfinite = cex.finite;
+        s_warp[warp] = mine;
+    }
     __syncthreads();
-    // Maximum drawdown over the curve's points, in order, from a peak of 0 (the curve starts at
-    // 0): the running peak is a maximum, exact in any grouping, and a step off the curve counts
-    // as 0 (no peak is below it).
-    double top = 0.0;
-    for (u32 k = s0 + lane; k < s1; k += 32)
-        if (F[k]) top = fmax(top, E[k]);
-    for (u32 o = 16; o > 0; o >>= 1) top = fmax(top, __shfl_xor_sync(FULL, top, o));
-    double peak = block_scan(top, 0.0, MaxF64(), tmp_f64, &all);
-    peak = __shfl_sync(FULL, peak, 0);
-    double md = 0.0, mf = 0.0;
+    if (threadIdx.x == 0) {
+        BookPart before, block;
+        book_upto(s_warp, warps, warps, &before, &block);
+        for (u32 r = 0; r < G; ++r) *book_at(&s_part[rank], G, r) = block;
+    }
+    book_sync(G);
+    BookPart before;
+    bool exact, costs_exact;
+    {
+        BookPart all;
+        book_upto(s_part, G, rank, &before, &all);
+        exact = !chain_only && exact_in_any_order(all.q, all.mag, all.finite);
+        costs_exact = !chain_only && exact_in_any_order(all.cq, all.cmag, all.cfinite);
+    }
+    // Where not exact, the host's chains, each by a warp: the costs' by the last block's first
+    // warp (block 0's second where alone), the equity's by block 0's first.
+    if (!costs_exact && rank == G - 1 && warp == (G > 1 ? 0 : 1)) {
+        double c = 0.0;
+        for (u32 s = 0; s < n_sessions; ++s) {
+            const u32 k0 = sess_start[s] - split_start;
+            c = warp_chain(C, nullptr, k0, k0 + n_cost[s], c, s_chain[1]);
+        }
+        if (lane == 0) *book_at(&s_costs, G, 0) = c;
+    }
+    if (!exact) {
+        // The equity's chain, then each segment's top from it (no carries: E is the equity).
+        if (rank == 0 && warp == 0) {
+            double e = 0.0;
+            for (u32 s = 0; s < n_sessions; ++s) {
+                const u32 k0 = sess_start[s] - split_start;
+                e = warp_chain(V, E, k0, k0 + n_pnl[s], e, s_chain[0]);
+            }
+        }
+        book_sync(G);
+        double t = NO_TOP;
+        for (u32 k = s0 + lane; k < s1; k += 32)
+            if (F[k]) t = fmax(t, __ldcg(&E[k]));
+        for (u32 o = 16; o > 0; o >>= 1) t = fmax(t, __shfl_xor_sync(FULL, t, o));
+        if (lane == 0) {
+            s_warp[warp].sum = 0.0;
+            s_warp[warp].top = t;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            BookPart b0, block;
+            book_upto(s_warp, warps, warps, &b0, &block);
+            for (u32 r = 0; r < G; ++r) *book_at(&s_part[rank], G, r) = block;
+        }
+        book_sync(G);
+        BookPart a0;
+        book_upto(s_part, G, rank, &before, &a0);
+    }
+    // The warp's carry and the running peak before its segment (the curve's peak starts at 0).
+    BookPart acc = before;
+    acc.top = fmax(0.0, acc.top);
+    for (u32 w = 0; w < warp; ++w) book_then(acc, s_warp[w]);
+    const double carry = acc.sum;
+    double peak = acc.top, md = 0.0, mf = 0.0;
+    // The maximum drawdown over the segment's points, 32 neighbouring rows at a time: a step off
+    // the curve counts as 0 (no peak is below it).
     for (u32 b = s0; b < s1; b += 128) {
         bool point[4];
         double e[4];
@@ -1542,7 +1550,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         for (u32 i = 0; i < 4; ++i) {
             const u32 k = b + 32 * i + lane;
             point[i] = k < s1 && F[k];
-            e[i] = point[i] ? E[k] : 0.0;
+            e[i] = point[i] ? carry + __ldcg(&E[k]) : 0.0;
         }
 #pragma unroll
         for (u32 i = 0; i < 4; ++i) {
@@ -1556,18 +1564,40 @@ extern "C" __global__ void __launch_bounds__(1024)
             peak = __shfl_sync(FULL, pk, 31);
         }
     }
-    double md_all, mf_all;
-    block_scan(md, 0.0, MaxF64(), tmp_f64, &md_all);
-    block_scan(mf, 0.0, MaxF64(), tmp_f64, &mf_all);
+    for (u32 o = 16; o > 0; o >>= 1) {
+        md = fmax(md, __shfl_xor_sync(FULL, md, o));
+        mf = fmax(mf, __shfl_xor_sync(FULL, mf, o));
+    }
+    if (lane == 0) {
+        s_wmd[warp] = md;
+        s_wmf[warp] = mf;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
-        out[0] = s_costs;
-        out[1] = md_all;
-        out[2] = mf_all;
-        out[3] = __longlong_as_double((long long)tr);
-        out[4] = __longlong_as_double((long long)win);
-        out[5] = __longlong_as_double((long long)held);
-        out[6] = __longlong_as_double((long long)con);
+        for (u32 w = 1; w < warps; ++w) {
+            md = fmax(md, s_wmd[w]);
+            mf = fmax(mf, s_wmf[w]);
+        }
+        *book_at(&s_md[rank], G, 0) = md;
+        *book_at(&s_mf[rank], G, 0) = mf;
+    }
+    book_sync(G);
+    if (rank == 0 && threadIdx.x == 0) {
+        for (u32 r = 1; r < G; ++r) {
+            md = fmax(md, s_md[r]);
+            mf = fmax(mf, s_mf[r]);
+        }
+        // The counts and the costs' sum as the first exchange left them (a second one changes
+        // only the sums and tops of the steps).
+        BookPart b0, all;
+        book_upto(s_part, G, G, &b0, &all);
+        out[0] = costs_exact ? all.csum : s_costs;
+        out[1] = md;
+        out[2] = mf;
+        out[3] = __longlong_as_double((long long)all.tr);
+        out[4] = __longlong_as_double((long long)all.win);
+        out[5] = __longlong_as_double((long long)all.held);
+        out[6] = __longlong_as_double((long long)all.con);
         out[7] = exact ? 1.0 : 0.0;
     }
-    for (u32 s = threadIdx.x; s < n_sessions; s += blockDim.x) out[8 + s] = daily[s];
 }

@@ -94,3 +94,18 @@ __device__ __forceinline__ void cluster_store4(const float* p, unsigned int rank
     __trap();
 #endif
 }
+
+// A generic pointer to p's place (p in this block's shared memory) in the shared memory of block
+// `rank` of the cluster, whose layout is this block's: plain loads and stores through it reach
+// that block's memory (it must not have exited).
+template <typename T>
+__device__ __forceinline__ T* cluster_ptr(T* p, unsigned int rank) {
+#if __CUDA_ARCH__ >= 900
+    unsigned long long remote;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
+    return (T*)remote;
+#else
+    __trap();
+    return p;
+#endif
+}

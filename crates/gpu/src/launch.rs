@@ -182,13 +182,19 @@ pub struct Launch<'a> {
     name: &'static str,
     ctx: &'a GpuContext,
     f: &'a CudaFunction,
-    /// The addresses of the arguments, for a launch through the driver itself (clusters, which
-    /// cudarc does not launch).
-    values: Vec<*mut c_void>,
-    /// The device addresses of the buffers pushed, each boxed so that its place in `values`
-    /// stays valid while more are pushed (the Vec's own storage moves as it grows).
-    #[allow(clippy::vec_box)]
-    buffers: Vec<Box<u64>>,
+    /// The arguments in order as the driver takes them, for a launch through the driver itself
+    /// (clusters, which cudarc does not launch).
+    raw: Vec<RawArg>,
+}
+
+/// One kernel argument as the driver takes it.
+#[derive(Clone, Copy)]
+enum RawArg {
+    /// A scalar's address (the scalar borrowed for the launch's lifetime).
+    Value(*mut c_void),
+    /// A buffer's device address: the argument is the address itself, so the driver needs a
+    /// place holding it, made only when launching.
+    Buffer(u64),
 }
 
 impl GpuContext {
@@ -199,8 +205,7 @@ impl GpuContext {
             name: kernel.name,
             ctx: self,
             f: &kernel.f,
-            values: Vec::new(),
-            buffers: Vec::new(),
+            raw: Vec::new(),
         }
     }
 }
@@ -208,27 +213,21 @@ impl GpuContext {
 impl<'a> Launch<'a> {
     /// A buffer the kernel reads (`const T*`).
     pub fn input<T: Elem>(mut self, b: &'a DeviceBuffer<T>) -> Self {
-        self.push_address(b);
+        self.raw.push(RawArg::Buffer(self.ctx.address(b)));
         self.args.arg(b.raw());
         self
     }
     /// A buffer the kernel writes (`T*`).
     pub fn output<T: Elem>(mut self, b: &'a mut DeviceBuffer<T>) -> Self {
-        self.push_address(b);
+        self.raw.push(RawArg::Buffer(self.ctx.address(b)));
         self.args.arg(b.raw_mut());
         self
     }
     /// A scalar argument.
     pub fn value<T: Elem>(mut self, v: &'a T) -> Self {
         self.args.arg(v);
-        self.values.push(v as *const T as *mut c_void);
+        self.raw.push(RawArg::Value(v as *const T as *mut c_void));
         self
-    }
-    /// Keeps `b`'s device address for a launch through the driver (its argument is the address).
-    fn push_address<T: Elem>(&mut self, b: &DeviceBuffer<T>) {
-        let a = Box::new(self.ctx.address(b));
-        self.values.push(&*a as *const u64 as *mut c_void);
-        self.buffers.push(a);
     }
     /// Queues the launch as a cooperative launch: every block of `grid` is resident at once, so
     /// the blocks may wait for each other (grid barriers). The driver refuses a grid larger than
@@ -279,7 +278,7 @@ impl<'a> Launch<'a> {
     /// # Safety
     /// As [`Launch::run`], for the whole grid of rows.
     pub unsafe fn run_clusters_of(
-        mut self,
+        self,
         grid: Grid,
         rows: u32,
         cluster: u32,
@@ -297,17 +296,36 @@ impl<'a> Launch<'a> {
                 self.name, grid.blocks
             )
         };
+        // The buffers' device addresses in a vector that no longer grows, so that the places
+        // `values` points at stay put through the launch.
+        let addresses: Vec<u64> = self
+            .raw
+            .iter()
+            .map(|a| match *a {
+                RawArg::Buffer(address) => address,
+                RawArg::Value(_) => 0,
+            })
+            .collect();
+        let mut values: Vec<*mut c_void> = self
+            .raw
+            .iter()
+            .zip(&addresses)
+            .map(|(a, address)| match *a {
+                RawArg::Value(p) => p,
+                RawArg::Buffer(_) => address as *const u64 as *mut c_void,
+            })
+            .collect();
         self.ctx.bind()?;
         // SAFETY: `values` holds the address of every argument, in the kernel's order: each
-        // value borrowed for 'a (alive here), each buffer's device address boxed in `buffers`
-        // (alive with `self`); `cfg` and its attribute are live locals; the function belongs to
-        // a module its context keeps loaded; the caller's contract covers what the kernel reads
-        // and writes.
+        // scalar borrowed for 'a (alive here), each buffer's device address in `addresses`
+        // (alive to the end of this function); `cfg` and its attribute are live locals; the
+        // function belongs to a module its context keeps loaded; the caller's contract covers
+        // what the kernel reads and writes.
         unsafe {
             sys::cuLaunchKernelEx(
                 &cfg,
                 self.f.cu_function(),
-                self.values.as_mut_ptr(),
+                values.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         }

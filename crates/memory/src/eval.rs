@@ -133,7 +133,12 @@ const TEAM_ROWS: u32 = 16;
 const STATIC_SHARED: u32 = 4096 + 13 * ROUND_ROWS;
 /// Warps of a book_sessions block, each booking a slice of its session (eval.cu's BOOK_WARPS,
 /// the most it takes).
-const BOOK_WARPS: u32 = 8;
+pub const BOOK_WARPS: u32 = 8;
+/// Blocks of a book_total row, one cluster, each summing a run of the split's rows (eval.cu's
+/// BOOK_BLOCKS, the most it takes); one block where the device runs no such cluster.
+pub const BOOK_BLOCKS: u32 = 8;
+/// Threads of a book_total block.
+const BOOK_THREADS: u32 = 1024;
 
 /// The tables of one split: its sessions and their chunks, on the device.
 struct SplitTables {
@@ -249,6 +254,10 @@ pub struct DeviceEvaluator<'a> {
     chain_only: bool,
     /// Warps of a book_sessions block (a session's), where set (measuring); else [`BOOK_WARPS`].
     book_warps: Option<u32>,
+    /// Blocks of a book_total row, where set (measuring); else [`BOOK_BLOCKS`].
+    book_blocks: Option<u32>,
+    /// The blocks of a book_total row the device runs as one cluster, once asked (1: none).
+    book_cluster: Option<(u32, u32)>,
     /// Whether stitch teams may be thread-block clusters (on by default; off for measuring).
     stitch_clusters: bool,
     /// Timestamps between the kernels, when asked for (measuring).
@@ -274,11 +283,6 @@ struct BookBuffers {
     pnl: DeviceBuffer<f64>,
     seen: DeviceBuffer<u8>,
     cost: DeviceBuffer<f64>,
-    off_pnl: DeviceBuffer<u32>,
-    off_cost: DeviceBuffer<u32>,
-    v: DeviceBuffer<f64>,
-    f: DeviceBuffer<u8>,
-    c: DeviceBuffer<f64>,
     e: DeviceBuffer<f64>,
     out: DeviceBuffer<f64>,
 }
@@ -300,11 +304,6 @@ impl BookBuffers {
             pnl: ctx.alloc(0)?,
             seen: ctx.alloc(0)?,
             cost: ctx.alloc(0)?,
-            off_pnl: ctx.alloc(0)?,
-            off_cost: ctx.alloc(0)?,
-            v: ctx.alloc(0)?,
-            f: ctx.alloc(0)?,
-            c: ctx.alloc(0)?,
             e: ctx.alloc(0)?,
             out: ctx.alloc(0)?,
         })
@@ -325,9 +324,6 @@ impl BookBuffers {
         fit(ctx, &mut self.pnl, bars)?;
         fit(ctx, &mut self.seen, bars)?;
         fit(ctx, &mut self.cost, bars)?;
-        fit(ctx, &mut self.v, bars)?;
-        fit(ctx, &mut self.f, bars)?;
-        fit(ctx, &mut self.c, bars)?;
         fit(ctx, &mut self.e, bars)?;
         fit(ctx, &mut self.daily, sessions)?;
         fit(ctx, &mut self.n_pnl, sessions)?;
@@ -336,8 +332,6 @@ impl BookBuffers {
         fit(ctx, &mut self.wins, sessions)?;
         fit(ctx, &mut self.bars, sessions)?;
         fit(ctx, &mut self.contracts, sessions)?;
-        fit(ctx, &mut self.off_pnl, sessions)?;
-        fit(ctx, &mut self.off_cost, sessions)?;
         fit(ctx, &mut self.out, sessions + 8 * members)
     }
 }
@@ -499,6 +493,8 @@ impl<'a> DeviceEvaluator<'a> {
             chunk_bars: None,
             chain_only: false,
             book_warps: None,
+            book_blocks: None,
+            book_cluster: None,
             stitch_clusters: true,
             marks: None,
             members: ctx.alloc(0)?,
@@ -541,6 +537,39 @@ impl<'a> DeviceEvaluator<'a> {
     /// [`BOOK_WARPS`], the default; 1 to [`BOOK_WARPS`]). Every value books the same metrics.
     pub fn set_book_warps(&mut self, warps: Option<u32>) {
         self.book_warps = warps.map(|w| w.clamp(1, BOOK_WARPS));
+    }
+
+    /// Blocks summing a split's rows side by side, one cluster (for measuring and tests;
+    /// `None`: [`BOOK_BLOCKS`], the default; 1 to [`BOOK_BLOCKS`], and 1 where the device runs
+    /// no cluster of that many). Every value books the same metrics.
+    pub fn set_book_blocks(&mut self, blocks: Option<u32>) {
+        self.book_blocks = blocks.map(|b| b.clamp(1, BOOK_BLOCKS));
+    }
+
+    /// The blocks of a book_total row: those asked for where the device runs them as one
+    /// cluster, else one.
+    fn book_total_blocks(&mut self) -> Result<u32, MemoryError> {
+        let want = self.book_blocks.unwrap_or(BOOK_BLOCKS);
+        if want == 1 {
+            return Ok(1);
+        }
+        if let Some((asked, got)) = self.book_cluster
+            && asked == want
+        {
+            return Ok(got);
+        }
+        let grid = Grid {
+            blocks: want,
+            threads: BOOK_THREADS,
+            shared_bytes: 0,
+        };
+        let got = if self.k.book_total.max_clusters(&self.ctx, grid)? >= 1 {
+            want
+        } else {
+            1
+        };
+        self.book_cluster = Some((want, got));
+        Ok(got)
     }
 
     /// Whether a stitch team of several blocks is launched as one thread-block cluster where
@@ -1082,6 +1111,7 @@ impl<'a> DeviceEvaluator<'a> {
         let (n_bars, rows) = (split.len() as u32, members as u32);
         debug_assert!(!given || members == 1, "given decisions are one network's");
         let max_position = i32::from(self.env.max_position);
+        let total_blocks = self.book_total_blocks()?;
         let x = &self.exec;
         let b = &mut self.book;
         let l = self
@@ -1178,20 +1208,26 @@ impl<'a> DeviceEvaluator<'a> {
             .input(&b.cost)
             .value(&capital)
             .value(&chain_only)
-            .output(&mut b.off_pnl)
-            .output(&mut b.off_cost)
-            .output(&mut b.v)
-            .output(&mut b.f)
-            .output(&mut b.c)
             .output(&mut b.e)
             .output(&mut b.out);
         // SAFETY: book_total(n_sessions, sess_start, split_start, n_bars, daily, n_pnl, n_cost,
-        // n_trades, wins, bars, contracts, pnl, seen, cost, capital, chain_only, off_pnl,
-        // off_cost, V, F, C, E, out); a block a network (its row), in its own part of every
-        // buffer (n_bars bars, n_sessions sessions, 8 + n_sessions values of out); the counts of
-        // book_sessions (queued before) place every session's steps inside the split's rows;
-        // every buffer holds that for every row (`prepare`).
-        unsafe { l.run_rows(Grid::block(1024), rows) }?;
+        // n_trades, wins, bars, contracts, V, F, C, capital, chain_only, E, out); a row of 1 to
+        // BOOK_BLOCKS blocks a network (the kernel's shared arrays hold BOOK_BLOCKS blocks'),
+        // one cluster where there are several (`book_total_blocks` asked the device), each
+        // block reading and writing only rows of the split inside its row's part of every
+        // buffer (n_bars bars, n_sessions sessions, 8 + n_sessions values of out); the counts
+        // of book_sessions (queued before) keep every session's steps inside its own rows; every
+        // buffer holds that for every row (`prepare`).
+        let grid = Grid {
+            blocks: total_blocks,
+            threads: BOOK_THREADS,
+            shared_bytes: 0,
+        };
+        if total_blocks > 1 {
+            unsafe { l.run_clusters_of(grid, rows, total_blocks) }?;
+        } else {
+            unsafe { l.run_rows(grid, rows) }?;
+        }
         if let Some(m) = self.marks.as_mut() {
             m.mark()?;
         }

@@ -1262,20 +1262,24 @@ fn on_the_gpu_booking_equals_the_host_backtest() {
                 let targets: Vec<i8> = split.clone().map(kind).collect();
                 let host = book(&targets, &market, &exec, &cfg, split.clone()).expect("host");
                 // A session booked by one warp, or in slices by several (uneven, and the
-                // default), trades open across the slices' edges included.
-                for warps in [1, 3, 8] {
+                // default), trades open across the slices' edges included; the split's rows
+                // summed by one block, or by a cluster of several (uneven, blocks without rows
+                // in the short splits, and the default).
+                for (warps, blocks) in [(1, 1), (3, 3), (8, 8), (3, 1), (1, 8)] {
                     ev.set_book_warps(Some(warps));
+                    ev.set_book_blocks(Some(blocks));
                     let dev = ev
                         .book_targets(&targets, split.clone(), cfg.capital)
                         .expect("device");
                     assert_eq!(
                         format!("{:?}", dev.metrics()),
                         format!("{:?}", host.metrics),
-                        "{name} {split:?} max {max_position} {costs:?}, {warps} warps"
+                        "{name} {split:?} max {max_position} {costs:?}, {warps} warps, \
+                         {blocks} blocks"
                     );
                     assert_eq!(
                         dev.daily_pnl, host.daily_pnl,
-                        "{name}: daily PnL, {warps} warps"
+                        "{name}: daily PnL, {warps} warps, {blocks} blocks"
                     );
                     parallel[usize::from(dev.parallel_equity)] += 1;
                     compared += 1;
@@ -1283,7 +1287,7 @@ fn on_the_gpu_booking_equals_the_host_backtest() {
             }
         }
     }
-    assert_eq!(compared, 3 * 75);
+    assert_eq!(compared, 5 * 75);
     // Both ways of summing the equity were taken.
     assert!(parallel[0] > 0 && parallel[1] > 0, "{parallel:?}");
 }
