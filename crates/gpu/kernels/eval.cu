@@ -1296,48 +1296,59 @@ extern "C" __global__ void __launch_bounds__(BOOK_WARPS * 32, 1)
 // Below every equity: the top of a run without points.
 #define NO_TOP (-__longlong_as_double(0x7ff0000000000000ll))
 
-// What a run of rows contributes to the split's totals (a warp's segment, a block's rows, a
-// cluster's): the steps' sum and the highest equity at a point of the curve relative to the
-// run's first row (meaningful where the sums are exact), the exactness of the steps and of the
-// costs, the costs' sum, and the counts of a share of the sessions.
+// What a run of rows contributes to the split's sums (a warp's segment, a block's rows): the
+// steps' sum and the highest equity at a point of the curve relative to the run's first row
+// (meaningful where the sums are exact), the exactness of the steps and of the costs, and the
+// costs' sum.
 struct BookPart {
     double sum, top, mag, cmag, csum;
-    unsigned long long tr, win, held, con;
     int q, cq;
     bool finite, cfinite;
 };
 
+// What a block of book_total learns when its row's parts meet: whether the steps' and the
+// costs' sums are exact in any order, the costs' sum, and its carry (the steps' sum before its
+// first row) and the running peak before it.
+struct BookMeet {
+    double carry, peak, csum;
+    bool exact, costs_exact;
+};
+
 __device__ __forceinline__ BookPart book_none() {
-    return BookPart{0.0, NO_TOP, 0.0, 0.0, 0.0, 0, 0, 0, 0, 4096, 4096, true, true};
+    return BookPart{0.0, NO_TOP, 0.0, 0.0, 0.0, 4096, 4096, true, true};
 }
 
-// acc followed by the run q: a top inside q is q's top above acc's sum.
-__device__ __forceinline__ void book_then(BookPart& acc, const BookPart& q) {
-    acc.top = fmax(acc.top, acc.sum + q.top);
-    acc.sum += q.sum;
-    acc.mag += q.mag;
-    acc.cmag += q.cmag;
-    acc.csum += q.csum;
-    acc.tr += q.tr;
-    acc.win += q.win;
-    acc.held += q.held;
-    acc.con += q.con;
-    acc.q = min(acc.q, q.q);
-    acc.cq = min(acc.cq, q.cq);
-    acc.finite = acc.finite && q.finite;
-    acc.cfinite = acc.cfinite && q.cfinite;
-}
-
-// The parts of parts[0..n) before `at`, and of all of them, in order.
-__device__ __forceinline__ void book_upto(const BookPart* parts, u32 n, u32 at, BookPart* before,
-                                          BookPart* all) {
-    BookPart acc = book_none();
-    for (u32 r = 0; r < n; ++r) {
-        if (r == at) *before = acc;
-        book_then(acc, parts[r]);
+// Runs side by side on a warp's lanes (a run a lane, in order) scanned: each lane gets the run
+// of the lanes up to it as one, where a top inside a later run is its top above the sum before.
+__device__ __forceinline__ void scan_runs(double& sum, double& top) {
+    const u32 lane = threadIdx.x & 31;
+    for (u32 o = 1; o < 32; o <<= 1) {
+        const double s = __shfl_up_sync(0xffffffffu, sum, o);
+        const double t = __shfl_up_sync(0xffffffffu, top, o);
+        if (lane >= o) {
+            top = fmax(t, s + top);
+            sum = s + sum;
+        }
     }
-    if (at >= n) *before = acc;
-    *all = acc;
+}
+
+// A warp's parts, a lane each, as one (every lane gets it; the lanes past the last part hold
+// book_none), their runs already scanned (scan_runs): lane 31's run, the verdicts and the
+// costs' sums over every lane.
+__device__ __forceinline__ BookPart book_warp_all(BookPart p) {
+    const unsigned FULL = 0xffffffffu;
+    p.sum = __shfl_sync(FULL, p.sum, 31);
+    p.top = __shfl_sync(FULL, p.top, 31);
+    for (u32 o = 16; o > 0; o >>= 1) {
+        p.mag += __shfl_xor_sync(FULL, p.mag, o);
+        p.cmag += __shfl_xor_sync(FULL, p.cmag, o);
+        p.csum += __shfl_xor_sync(FULL, p.csum, o);
+        p.q = min(p.q, __shfl_xor_sync(FULL, p.q, o));
+        p.cq = min(p.cq, __shfl_xor_sync(FULL, p.cq, o));
+    }
+    p.finite = __all_sync(FULL, p.finite);
+    p.cfinite = __all_sync(FULL, p.cfinite);
+    return p;
 }
 
 // A barrier of the blocks of a row: its cluster's, or the block's where it is alone.
@@ -1348,6 +1359,43 @@ __device__ __forceinline__ void book_sync(u32 blocks) {
 template <typename T>
 __device__ __forceinline__ T* book_at(T* p, u32 blocks, u32 rank) {
     return blocks > 1 ? cluster_ptr(p, rank) : p;
+}
+
+// The parts meet (every thread of the row calls it, after its warp's part is in s_warp): warp 0
+// of each block combines its warps' parts into the block's, leaving each warp's carry and the
+// top before it relative to the block's first row in s_wsum / s_wtop, and pushes the block's
+// part into every block's s_part; after the row's barrier, warp 0 combines the blocks' parts
+// into s_meet. Every thread may read s_meet, s_wsum and s_wtop on return.
+__device__ void book_meet(const BookPart* s_warp, u32 warps, BookPart* s_part, u32 blocks,
+                          u32 rank, bool chain_only, double* s_wsum, double* s_wtop,
+                          BookMeet* s_meet) {
+    const unsigned FULL = 0xffffffffu;
+    const u32 lane = threadIdx.x & 31;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        BookPart p = lane < warps ? s_warp[lane] : book_none();
+        scan_runs(p.sum, p.top);
+        const double es = __shfl_up_sync(FULL, p.sum, 1), et = __shfl_up_sync(FULL, p.top, 1);
+        if (lane < warps) {
+            s_wsum[lane] = lane == 0 ? 0.0 : es;
+            s_wtop[lane] = lane == 0 ? NO_TOP : et;
+        }
+        p = book_warp_all(p);
+        if (lane < blocks) *book_at(&s_part[rank], blocks, lane) = p;
+    }
+    book_sync(blocks);
+    if (threadIdx.x < 32) {
+        BookPart p = lane < blocks ? s_part[lane] : book_none();
+        scan_runs(p.sum, p.top);
+        const double es = __shfl_sync(FULL, p.sum, rank == 0 ? 0 : rank - 1);
+        const double et = __shfl_sync(FULL, p.top, rank == 0 ? 0 : rank - 1);
+        p = book_warp_all(p);
+        if (lane == 0)
+            *s_meet = BookMeet{rank == 0 ? 0.0 : es, rank == 0 ? 0.0 : fmax(0.0, et), p.csum,
+                               !chain_only && exact_in_any_order(p.q, p.mag, p.finite),
+                               !chain_only && exact_in_any_order(p.cq, p.cmag, p.cfinite)};
+    }
+    __syncthreads();
 }
 
 // The host's chain over the rows [k0, k1) from acc, in order, by a whole warp (every lane
@@ -1375,20 +1423,23 @@ __device__ __forceinline__ double warp_chain(const double* x, double* y, u32 k0,
     return acc;
 }
 
+// Rows a lane takes side by side in book_total's passes (neighbouring rows: a lane sums its
+// own in order, and one scan over the lanes joins them).
+#define BOOK_LANE_ROWS 4
+
 // The split's totals over the rows book_sessions left (each session's non-zero steps and costs
 // in bar order from its first row, zeros after them, so a sum over every row in order adds what
 // the host's chain adds, and only zeros besides): the costs and the equity summed as the host
 // sums them, the maximum drawdown over the curve's points, the sessions' counts. A row of
 // blocks (one cluster) a member, each block a run of rows and each of its warps a segment of
-// that run, in whole 32s. out: [0] costs, [1] max drawdown, [2] as a fraction, [3..7) trades,
-// wins, bars held, contracts (u64 bits), [7] 1 when the equity was summed in parallel (exact),
-// then the daily PnL of each session. E: the equity after each row (scratch).
+// that run. out: [0] costs, [1] max drawdown, [2] as a fraction, [3..7) trades, wins, bars
+// held, contracts (u64 bits), [7] 1 when the equity was summed in parallel (exact), then the
+// daily PnL of each session. E: the equity after each row (scratch).
 //
 // Where every order of adding gives the host's bits (the rule at the top of this file), each
-// warp scans its segment from zero, the parts' sums and tops meet at one barrier of the row and
-// give every warp its carry and the peak before it; else one thread runs the host's chain over
-// the rows and the tops are taken from it (two barriers more). The drawdown's maxima, exact in
-// any grouping, meet in block 0 at the last barrier.
+// warp scans its segment from zero and the parts meet once (book_meet) to give every warp its
+// carry and the peak before it; else a warp runs the host's chain over the rows and the parts
+// meet again over its curve. The drawdown's maxima, exact in any grouping, meet in block 0.
 extern "C" __global__ void __launch_bounds__(1024)
     book_total(u32 n_sessions, const u32* sess_start, u32 split_start, u32 n_bars,
                const double* daily, const u32* n_pnl, const u32* n_cost,
@@ -1397,10 +1448,13 @@ extern "C" __global__ void __launch_bounds__(1024)
                const double* V, const unsigned char* F, const double* C, double capital,
                u32 chain_only, double* E, double* out) {
     const unsigned FULL = 0xffffffffu;
-    // Every block's part (pushed by each block into every block's copy), this block's warps'
-    // parts, the drawdown's maxima of every block (in block 0's), the costs' chain (block 0's).
+    // Every block's part (each block's pushed into every block's copy), this block's warps'
+    // parts and their carries and tops, what the meeting gave, the drawdown's maxima of this
+    // block's warps and of every block (in block 0's), the costs' chain (block 0's).
     __shared__ BookPart s_part[BOOK_BLOCKS];
     __shared__ BookPart s_warp[32];
+    __shared__ double s_wsum[32], s_wtop[32];
+    __shared__ BookMeet s_meet;
     __shared__ double s_wmd[32], s_wmf[32];
     __shared__ double s_md[BOOK_BLOCKS], s_mf[BOOK_BLOCKS];
     __shared__ double s_costs;
@@ -1411,50 +1465,49 @@ extern "C" __global__ void __launch_bounds__(1024)
     at_member(8 + n_sessions, out);
     const u32 G = gridDim.x, rank = blockIdx.x, T = blockDim.x;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = T >> 5;
+    const u32 BATCH = 32 * BOOK_LANE_ROWS;
     const u32 per = ((n_bars + G - 1) / G + 31) & ~31u;
     const u32 r0 = min(rank * per, n_bars), r1 = min(r0 + per, n_bars);
     const u32 seg = ((r1 - r0 + warps - 1) / warps + 31) & ~31u;
     const u32 s0 = min(r0 + warp * seg, r1), s1 = min(s0 + seg, r1);
-    // The sessions' counts (u64: exact in any order), the row's threads sharing the sessions.
-    BookPart mine = book_none();
-    for (u32 s = rank * T + threadIdx.x; s < n_sessions; s += G * T) {
-        mine.tr += n_trades[s];
-        mine.win += wins[s];
-        mine.held += bars[s];
-        mine.con += contracts[s];
-        out[8 + s] = daily[s];
-    }
-    // The segment's steps scanned from zero (the equity relative to the segment's start, in E),
-    // its top at a point, and both sums' exactness.
+    for (u32 s = rank * T + threadIdx.x; s < n_sessions; s += G * T) out[8 + s] = daily[s];
+    // The segment's steps summed from zero (the equity relative to the segment's start, in E),
+    // its top at a point, and both sums' exactness: a lane's rows in order, then the lanes'
+    // sums scanned.
     Exactness ex, cex;
     double run = 0.0, top = NO_TOP, csum = 0.0;
-    for (u32 b = s0; b < s1; b += 128) {
-        double v[4], c[4];
-        bool point[4];
+    for (u32 b = s0; b < s1; b += BATCH) {
+        const u32 k0 = b + BOOK_LANE_ROWS * lane;
+        double x[BOOK_LANE_ROWS], c[BOOK_LANE_ROWS];
+        bool point[BOOK_LANE_ROWS];
 #pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            const u32 k = b + 32 * i + lane;
-            const bool in = k < s1;
-            v[i] = in ? V[k] : 0.0;
-            c[i] = in ? C[k] : 0.0;
-            point[i] = in && F[k];
+        for (u32 i = 0; i < BOOK_LANE_ROWS; ++i) {
+            const bool in = k0 + i < s1;
+            x[i] = in ? V[k0 + i] : 0.0;
+            c[i] = in ? C[k0 + i] : 0.0;
+            point[i] = in && F[k0 + i];
         }
 #pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            const u32 k = b + 32 * i + lane;
-            ex.add(v[i]);
+        for (u32 i = 0; i < BOOK_LANE_ROWS; ++i) {
+            ex.add(x[i]);
             cex.add(c[i]);
             csum += c[i];
-            double x = v[i];
-            for (u32 o = 1; o < 32; o <<= 1) {
-                const double u = __shfl_up_sync(FULL, x, o);
-                if (lane >= o) x += u;
-            }
-            const double e = run + x;
-            if (k < s1) E[k] = e;
-            if (point[i]) top = fmax(top, e);
-            run += __shfl_sync(FULL, x, 31);
+            if (i > 0) x[i] += x[i - 1];
         }
+        double inc = x[BOOK_LANE_ROWS - 1];
+        for (u32 o = 1; o < 32; o <<= 1) {
+            const double u = __shfl_up_sync(FULL, inc, o);
+            if (lane >= o) inc += u;
+        }
+        const double up = __shfl_up_sync(FULL, inc, 1);
+        const double base = run + (lane == 0 ? 0.0 : up);
+#pragma unroll
+        for (u32 i = 0; i < BOOK_LANE_ROWS; ++i) {
+            const double e = base + x[i];
+            if (k0 + i < s1) E[k0 + i] = e;
+            if (point[i]) top = fmax(top, e);
+        }
+        run += __shfl_sync(FULL, inc, 31);
     }
     for (u32 o = 16; o > 0; o >>= 1) {
         top = fmax(top, __shfl_xor_sync(FULL, top, o));
@@ -1463,40 +1516,14 @@ extern "C" __global__ void __launch_bounds__(1024)
         cex.mag += __shfl_xor_sync(FULL, cex.mag, o);
         ex.q = min(ex.q, __shfl_xor_sync(FULL, ex.q, o));
         cex.q = min(cex.q, __shfl_xor_sync(FULL, cex.q, o));
-        mine.tr += __shfl_xor_sync(FULL, mine.tr, o);
-        mine.win += __shfl_xor_sync(FULL, mine.win, o);
-        mine.held += __shfl_xor_sync(FULL, mine.held, o);
-        mine.con += __shfl_xor_sync(FULL, mine.con, o);
     }
     ex.finite = __all_sync(FULL, ex.finite);
     cex.finite = __all_sync(FULL, cex.finite);
-    if (lane == 0) {
-        mine.sum = run;
-        mine.top = top;
-        mine.mag = ex.mag;
-        mine.cmag = cex.mag;
-        mine.csum = csum;
-        mine.q = ex.q;
-        mine.cq = cex.q;
-        mine.finite = ex.finite;
-        mine.cfinite = cex.finite;
-        s_warp[warp] = mine;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        BookPart before, block;
-        book_upto(s_warp, warps, warps, &before, &block);
-        for (u32 r = 0; r < G; ++r) *book_at(&s_part[rank], G, r) = block;
-    }
-    book_sync(G);
-    BookPart before;
-    bool exact, costs_exact;
-    {
-        BookPart all;
-        book_upto(s_part, G, rank, &before, &all);
-        exact = !chain_only && exact_in_any_order(all.q, all.mag, all.finite);
-        costs_exact = !chain_only && exact_in_any_order(all.cq, all.cmag, all.cfinite);
-    }
+    if (lane == 0)
+        s_warp[warp] = BookPart{run,   top,   ex.mag,    cex.mag,   csum,
+                                ex.q,  cex.q, ex.finite, cex.finite};
+    book_meet(s_warp, warps, s_part, G, rank, chain_only, s_wsum, s_wtop, &s_meet);
+    const bool exact = s_meet.exact, costs_exact = s_meet.costs_exact;
     // Where not exact, the host's chains, each by a warp: the costs' by the last block's first
     // warp (block 0's second where alone), the equity's by block 0's first.
     if (!costs_exact && rank == G - 1 && warp == (G > 1 ? 0 : 1)) {
@@ -1508,7 +1535,8 @@ extern "C" __global__ void __launch_bounds__(1024)
         if (lane == 0) *book_at(&s_costs, G, 0) = c;
     }
     if (!exact) {
-        // The equity's chain, then each segment's top from it (no carries: E is the equity).
+        // The equity's chain, then the parts meet again over its curve (no carries: E is the
+        // equity).
         if (rank == 0 && warp == 0) {
             double e = 0.0;
             for (u32 s = 0; s < n_sessions; ++s) {
@@ -1525,44 +1553,40 @@ extern "C" __global__ void __launch_bounds__(1024)
             s_warp[warp].sum = 0.0;
             s_warp[warp].top = t;
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            BookPart b0, block;
-            book_upto(s_warp, warps, warps, &b0, &block);
-            for (u32 r = 0; r < G; ++r) *book_at(&s_part[rank], G, r) = block;
-        }
-        book_sync(G);
-        BookPart a0;
-        book_upto(s_part, G, rank, &before, &a0);
+        book_meet(s_warp, warps, s_part, G, rank, chain_only, s_wsum, s_wtop, &s_meet);
     }
     // The warp's carry and the running peak before its segment (the curve's peak starts at 0).
-    BookPart acc = before;
-    acc.top = fmax(0.0, acc.top);
-    for (u32 w = 0; w < warp; ++w) book_then(acc, s_warp[w]);
-    const double carry = acc.sum;
-    double peak = acc.top, md = 0.0, mf = 0.0;
-    // The maximum drawdown over the segment's points, 32 neighbouring rows at a time: a step off
-    // the curve counts as 0 (no peak is below it).
-    for (u32 b = s0; b < s1; b += 128) {
-        bool point[4];
-        double e[4];
+    const double carry = s_meet.carry + s_wsum[warp];
+    double peak = fmax(s_meet.peak, s_meet.carry + s_wtop[warp]), md = 0.0, mf = 0.0;
+    // The maximum drawdown over the segment's points: a lane's rows in order from the peak
+    // before them (the lanes' tops scanned); a row off the curve counts as 0 (no peak is below
+    // it).
+    for (u32 b = s0; b < s1; b += BATCH) {
+        const u32 k0 = b + BOOK_LANE_ROWS * lane;
+        bool point[BOOK_LANE_ROWS];
+        double e[BOOK_LANE_ROWS];
+        double m = 0.0;
 #pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            const u32 k = b + 32 * i + lane;
-            point[i] = k < s1 && F[k];
-            e[i] = point[i] ? carry + __ldcg(&E[k]) : 0.0;
+        for (u32 i = 0; i < BOOK_LANE_ROWS; ++i) {
+            point[i] = k0 + i < s1 && F[k0 + i];
+            e[i] = point[i] ? carry + __ldcg(&E[k0 + i]) : 0.0;
+            m = fmax(m, e[i]);
         }
+        for (u32 o = 1; o < 32; o <<= 1) {
+            const double u = __shfl_up_sync(FULL, m, o);
+            if (lane >= o) m = fmax(m, u);
+        }
+        const double up = __shfl_up_sync(FULL, m, 1);
+        double pk = lane == 0 ? peak : fmax(peak, up);
 #pragma unroll
-        for (u32 i = 0; i < 4; ++i) {
-            double pk = e[i];
-            for (u32 o = 1; o < 32; o <<= 1) pk = fmax(pk, __shfl_up_sync(FULL, pk, o));
-            pk = fmax(peak, pk);
+        for (u32 i = 0; i < BOOK_LANE_ROWS; ++i) {
+            pk = fmax(pk, e[i]);
             if (point[i]) {
                 md = fmax(md, pk - e[i]);
                 mf = fmax(mf, (pk - e[i]) / (capital + pk));
             }
-            peak = __shfl_sync(FULL, pk, 31);
         }
+        peak = fmax(peak, __shfl_sync(FULL, m, 31));
     }
     for (u32 o = 16; o > 0; o >>= 1) {
         md = fmax(md, __shfl_xor_sync(FULL, md, o));
@@ -1573,31 +1597,47 @@ extern "C" __global__ void __launch_bounds__(1024)
         s_wmf[warp] = mf;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (u32 w = 1; w < warps; ++w) {
-            md = fmax(md, s_wmd[w]);
-            mf = fmax(mf, s_wmf[w]);
+    if (warp == 0) {
+        md = lane < warps ? s_wmd[lane] : 0.0;
+        mf = lane < warps ? s_wmf[lane] : 0.0;
+        for (u32 o = 16; o > 0; o >>= 1) {
+            md = fmax(md, __shfl_xor_sync(FULL, md, o));
+            mf = fmax(mf, __shfl_xor_sync(FULL, mf, o));
         }
-        *book_at(&s_md[rank], G, 0) = md;
-        *book_at(&s_mf[rank], G, 0) = mf;
+        if (lane == 0) {
+            *book_at(&s_md[rank], G, 0) = md;
+            *book_at(&s_mf[rank], G, 0) = mf;
+        }
     }
     book_sync(G);
-    if (rank == 0 && threadIdx.x == 0) {
-        for (u32 r = 1; r < G; ++r) {
-            md = fmax(md, s_md[r]);
-            mf = fmax(mf, s_mf[r]);
+    if (rank == 0 && warp == 0) {
+        md = lane < G ? s_md[lane] : 0.0;
+        mf = lane < G ? s_mf[lane] : 0.0;
+        // The sessions' counts (u64: exact in any order).
+        unsigned long long tr = 0, win = 0, held = 0, con = 0;
+        for (u32 s = lane; s < n_sessions; s += 32) {
+            tr += n_trades[s];
+            win += wins[s];
+            held += bars[s];
+            con += contracts[s];
         }
-        // The counts and the costs' sum as the first exchange left them (a second one changes
-        // only the sums and tops of the steps).
-        BookPart b0, all;
-        book_upto(s_part, G, G, &b0, &all);
-        out[0] = costs_exact ? all.csum : s_costs;
-        out[1] = md;
-        out[2] = mf;
-        out[3] = __longlong_as_double((long long)all.tr);
-        out[4] = __longlong_as_double((long long)all.win);
-        out[5] = __longlong_as_double((long long)all.held);
-        out[6] = __longlong_as_double((long long)all.con);
-        out[7] = exact ? 1.0 : 0.0;
+        for (u32 o = 16; o > 0; o >>= 1) {
+            md = fmax(md, __shfl_xor_sync(FULL, md, o));
+            mf = fmax(mf, __shfl_xor_sync(FULL, mf, o));
+            tr += __shfl_xor_sync(FULL, tr, o);
+            win += __shfl_xor_sync(FULL, win, o);
+            held += __shfl_xor_sync(FULL, held, o);
+            con += __shfl_xor_sync(FULL, con, o);
+        }
+        if (lane == 0) {
+            out[0] = costs_exact ? s_meet.csum : s_costs;
+            out[1] = md;
+            out[2] = mf;
+            out[3] = __longlong_as_double((long long)tr);
+            out[4] = __longlong_as_double((long long)win);
+            out[5] = __longlong_as_double((long long)held);
+            out[6] = __longlong_as_double((long long)con);
+            out[7] = exact ? 1.0 : 0.0;
+        }
     }
 }
