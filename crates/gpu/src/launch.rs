@@ -2,6 +2,7 @@
 //! CUDA signature, and the grid.
 
 use std::ffi::c_void;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaFunction, LaunchArgs, LaunchConfig, PushKernelArg, sys};
 
@@ -13,11 +14,40 @@ use crate::{GpuContext, GpuError};
 pub struct Kernel {
     f: CudaFunction,
     name: &'static str,
+    /// The driver's occupancy answers given so far, by (threads, dynamic shared bytes, blocks
+    /// of a cluster or 0 for blocks a multiprocessor): they depend on nothing else but the
+    /// function's attributes, so callers may ask before every launch and the driver is asked
+    /// once ([`Kernel::allow_shared`] forgets them).
+    occupancy: Arc<Mutex<Vec<OccupancyAnswer>>>,
 }
+
+/// An occupancy answer and its key: (threads, dynamic shared bytes, blocks of a cluster or 0).
+type OccupancyAnswer = ([u32; 3], u32);
 
 impl Kernel {
     pub(crate) fn new(f: CudaFunction, name: &'static str) -> Self {
-        Self { f, name }
+        Self {
+            f,
+            name,
+            occupancy: Arc::default(),
+        }
+    }
+    /// The answer remembered under `key`, else `ask`'s, remembered.
+    fn occupancy(
+        &self,
+        key: [u32; 3],
+        ask: impl FnOnce() -> Result<u32, GpuError>,
+    ) -> Result<u32, GpuError> {
+        let mut known = self
+            .occupancy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(&(_, n)) = known.iter().find(|(k, _)| *k == key) {
+            return Ok(n);
+        }
+        let n = ask()?;
+        known.push((key, n));
+        Ok(n)
     }
     /// The function's name.
     pub fn name(&self) -> &'static str {
@@ -26,6 +56,10 @@ impl Kernel {
     /// Lets launches of this kernel use up to `bytes` of dynamic shared memory (above the
     /// 48 KiB every kernel may use).
     pub fn allow_shared(&self, bytes: u32) -> Result<(), GpuError> {
+        self.occupancy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         self.f
             .set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -64,7 +98,16 @@ impl Kernel {
     /// Clusters of more than 8 blocks (the portable size) are allowed to this kernel first.
     pub fn max_clusters(&self, ctx: &GpuContext, grid: Grid) -> Result<u32, GpuError> {
         let blocks = grid.blocks;
-        if blocks == 0 || !ctx.cluster_launch()? {
+        if blocks == 0 {
+            return Ok(0);
+        }
+        self.occupancy([grid.threads, grid.shared_bytes, blocks], || {
+            self.ask_clusters(ctx, grid)
+        })
+    }
+    fn ask_clusters(&self, ctx: &GpuContext, grid: Grid) -> Result<u32, GpuError> {
+        let blocks = grid.blocks;
+        if !ctx.cluster_launch()? {
             return Ok(0);
         }
         if blocks > 8 {
@@ -97,12 +140,18 @@ impl Kernel {
     /// How many blocks of `threads` threads and `shared_bytes` of dynamic shared memory one
     /// multiprocessor holds at once.
     pub fn blocks_per_sm(&self, threads: u32, shared_bytes: u32) -> Result<u32, GpuError> {
-        self.f
-            .occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None)
-            .map_err(GpuError::driver(format!(
-                "asking the occupancy of {}",
-                self.name
-            )))
+        self.occupancy([threads, shared_bytes, 0], || {
+            self.f
+                .occupancy_max_active_blocks_per_multiprocessor(
+                    threads,
+                    shared_bytes as usize,
+                    None,
+                )
+                .map_err(GpuError::driver(format!(
+                    "asking the occupancy of {}",
+                    self.name
+                )))
+        })
     }
 }
 
@@ -296,29 +345,20 @@ impl<'a> Launch<'a> {
                 self.name, grid.blocks
             )
         };
-        // The buffers' device addresses in a vector that no longer grows, so that the places
-        // `values` points at stay put through the launch.
-        let addresses: Vec<u64> = self
-            .raw
-            .iter()
-            .map(|a| match *a {
-                RawArg::Buffer(address) => address,
-                RawArg::Value(_) => 0,
-            })
-            .collect();
+        // Each buffer's argument is its address where `raw` keeps it: `raw` grows no more and
+        // lives to the end of this function.
         let mut values: Vec<*mut c_void> = self
             .raw
             .iter()
-            .zip(&addresses)
-            .map(|(a, address)| match *a {
-                RawArg::Value(p) => p,
-                RawArg::Buffer(_) => address as *const u64 as *mut c_void,
+            .map(|a| match a {
+                RawArg::Value(p) => *p,
+                RawArg::Buffer(address) => address as *const u64 as *mut c_void,
             })
             .collect();
         self.ctx.bind()?;
         // SAFETY: `values` holds the address of every argument, in the kernel's order: each
-        // scalar borrowed for 'a (alive here), each buffer's device address in `addresses`
-        // (alive to the end of this function); `cfg` and its attribute are live locals; the
+        // scalar borrowed for 'a (alive here), each buffer's device address in `self.raw`
+        // (alive and unmoved to the end of this function); `cfg` and its attribute are live locals; the
         // function belongs to a module its context keeps loaded; the caller's contract covers
         // what the kernel reads and writes.
         unsafe {

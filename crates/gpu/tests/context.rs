@@ -1,8 +1,9 @@
 //! The device context: a clear error where there is no GPU (CI), and on a GPU
-//! (FOXHUNT_GPU_TESTS=1) buffers that round-trip and a compile error that carries NVRTC's log.
+//! (FOXHUNT_GPU_TESTS=1) buffers that round-trip, a compile error that carries NVRTC's log, and
+//! occupancy answers kept per shape.
 #![cfg(feature = "cuda")]
 
-use foxhunt_gpu::{GpuContext, GpuError, KernelCache, Module};
+use foxhunt_gpu::{GpuContext, GpuError, Grid, KernelCache, Module};
 
 fn gpu_tests() -> bool {
     std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1")
@@ -150,4 +151,67 @@ fn a_warm_kernel_cache_compiles_nothing_and_a_damaged_entry_is_rebuilt() {
         warm_time.as_secs_f64() * 1e3
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A kernel keeps the driver's occupancy answers: asked again, in another order, each shape's
+/// answer is the one a fresh handle of the same function gets from the driver for that shape.
+#[test]
+fn occupancy_answers_are_kept_per_shape() {
+    if !gpu_tests() {
+        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
+        return;
+    }
+    let ctx = GpuContext::with_cache(0, KernelCache::off()).expect("a GPU");
+    let shared = 96 * 1024;
+    let fresh = || {
+        let k = ctx.kernel(Module::Eval, "eval_chunks").expect("kernel");
+        k.allow_shared(shared).expect("shared memory");
+        k
+    };
+    let grid = |blocks, threads, shared_bytes| Grid {
+        blocks,
+        threads,
+        shared_bytes,
+    };
+    // Shapes that differ in one field at a time: blocks a multiprocessor by threads and by
+    // shared memory, clusters by size and by threads.
+    let blocks = [(128, 0), (1024, 0), (128, shared), (512, 0)];
+    let clusters = [
+        grid(2, 1024, 0),
+        grid(4, 1024, 0),
+        grid(2, 128, 0),
+        grid(2, 128, shared),
+    ];
+    let want_blocks: Vec<u32> = blocks
+        .iter()
+        .map(|&(t, s)| fresh().blocks_per_sm(t, s).expect("occupancy"))
+        .collect();
+    let want_clusters: Vec<u32> = clusters
+        .iter()
+        .map(|&g| fresh().max_clusters(&ctx, g).expect("clusters"))
+        .collect();
+    let mut distinct = want_blocks.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(
+        distinct.len() >= 3,
+        "shapes chosen to differ give {want_blocks:?}: the test would not see a key's missing field"
+    );
+    let k = fresh();
+    for round in 0..3 {
+        for (i, &(t, s)) in blocks.iter().enumerate().rev() {
+            assert_eq!(
+                k.blocks_per_sm(t, s).expect("occupancy"),
+                want_blocks[i],
+                "round {round}, {t} threads, {s} bytes"
+            );
+        }
+        for (i, &g) in clusters.iter().enumerate().rev() {
+            assert_eq!(
+                k.max_clusters(&ctx, g).expect("clusters"),
+                want_clusters[i],
+                "round {round}, {g:?}"
+            );
+        }
+    }
 }

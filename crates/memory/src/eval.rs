@@ -256,8 +256,6 @@ pub struct DeviceEvaluator<'a> {
     book_warps: Option<u32>,
     /// Blocks of a book_total row, where set (measuring); else [`BOOK_BLOCKS`].
     book_blocks: Option<u32>,
-    /// The blocks of a book_total row the device runs as one cluster, once asked (1: none).
-    book_cluster: Option<(u32, u32)>,
     /// Whether stitch teams may be thread-block clusters (on by default; off for measuring).
     stitch_clusters: bool,
     /// Timestamps between the kernels, when asked for (measuring).
@@ -494,7 +492,6 @@ impl<'a> DeviceEvaluator<'a> {
             chain_only: false,
             book_warps: None,
             book_blocks: None,
-            book_cluster: None,
             stitch_clusters: true,
             marks: None,
             members: ctx.alloc(0)?,
@@ -548,28 +545,21 @@ impl<'a> DeviceEvaluator<'a> {
 
     /// The blocks of a book_total row: those asked for where the device runs them as one
     /// cluster, else one.
-    fn book_total_blocks(&mut self) -> Result<u32, MemoryError> {
+    fn book_total_blocks(&self) -> Result<u32, MemoryError> {
         let want = self.book_blocks.unwrap_or(BOOK_BLOCKS);
         if want == 1 {
             return Ok(1);
-        }
-        if let Some((asked, got)) = self.book_cluster
-            && asked == want
-        {
-            return Ok(got);
         }
         let grid = Grid {
             blocks: want,
             threads: BOOK_THREADS,
             shared_bytes: 0,
         };
-        let got = if self.k.book_total.max_clusters(&self.ctx, grid)? >= 1 {
+        Ok(if self.k.book_total.max_clusters(&self.ctx, grid)? >= 1 {
             want
         } else {
             1
-        };
-        self.book_cluster = Some((want, got));
-        Ok(got)
+        })
     }
 
     /// Whether a stitch team of several blocks is launched as one thread-block cluster where
@@ -1060,7 +1050,9 @@ impl<'a> DeviceEvaluator<'a> {
         }
         // Clusters only where the device runs as many teams so: fewer teams, each following
         // more sessions, cost more than the cheaper barrier saves (a month of 20 sessions on
-        // the H100, teams of 6: a third slower).
+        // the H100, teams of 6: a third slower), and narrower teams as clusters gain nothing
+        // (the same month, teams of 5 as clusters against 6 at the global barrier: as fast
+        // untrained, 7% slower trained; docs/PERFORMANCE.md).
         let clustered = self.stitch_clusters
             && self.k.stitch.max_clusters(&self.ctx, ls.grid(team.team))? >= teams * rows;
         Ok((team, ls, teams * team.team, clustered))
