@@ -1332,13 +1332,10 @@ __device__ __forceinline__ void scan_runs(double& sum, double& top) {
     }
 }
 
-// A warp's parts, a lane each, as one (every lane gets it; the lanes past the last part hold
-// book_none), their runs already scanned (scan_runs): lane 31's run, the verdicts and the
-// costs' sums over every lane.
-__device__ __forceinline__ BookPart book_warp_all(BookPart p) {
+// The exactness verdicts and the costs' sum of a warp's parts, a lane each, over every lane
+// (every lane gets them); the costs in one butterfly order, so every lane's sum has the same bits.
+__device__ __forceinline__ void book_warp_costs(BookPart& p) {
     const unsigned FULL = 0xffffffffu;
-    p.sum = __shfl_sync(FULL, p.sum, 31);
-    p.top = __shfl_sync(FULL, p.top, 31);
     for (u32 o = 16; o > 0; o >>= 1) {
         p.mag += __shfl_xor_sync(FULL, p.mag, o);
         p.cmag += __shfl_xor_sync(FULL, p.cmag, o);
@@ -1348,6 +1345,16 @@ __device__ __forceinline__ BookPart book_warp_all(BookPart p) {
     }
     p.finite = __all_sync(FULL, p.finite);
     p.cfinite = __all_sync(FULL, p.cfinite);
+}
+
+// A warp's parts, a lane each, as one (every lane gets it; the lanes past the last part hold
+// book_none), their runs already scanned (scan_runs): lane 31's run, the verdicts and the
+// costs' sums over every lane.
+__device__ __forceinline__ BookPart book_warp_all(BookPart p) {
+    const unsigned FULL = 0xffffffffu;
+    p.sum = __shfl_sync(FULL, p.sum, 31);
+    p.top = __shfl_sync(FULL, p.top, 31);
+    book_warp_costs(p);
     return p;
 }
 
@@ -1509,19 +1516,10 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
         run += __shfl_sync(FULL, inc, 31);
     }
-    for (u32 o = 16; o > 0; o >>= 1) {
-        top = fmax(top, __shfl_xor_sync(FULL, top, o));
-        csum += __shfl_xor_sync(FULL, csum, o);
-        ex.mag += __shfl_xor_sync(FULL, ex.mag, o);
-        cex.mag += __shfl_xor_sync(FULL, cex.mag, o);
-        ex.q = min(ex.q, __shfl_xor_sync(FULL, ex.q, o));
-        cex.q = min(cex.q, __shfl_xor_sync(FULL, cex.q, o));
-    }
-    ex.finite = __all_sync(FULL, ex.finite);
-    cex.finite = __all_sync(FULL, cex.finite);
-    if (lane == 0)
-        s_warp[warp] = BookPart{run,   top,   ex.mag,    cex.mag,   csum,
-                                ex.q,  cex.q, ex.finite, cex.finite};
+    for (u32 o = 16; o > 0; o >>= 1) top = fmax(top, __shfl_xor_sync(FULL, top, o));
+    BookPart part{run, top, ex.mag, cex.mag, csum, ex.q, cex.q, ex.finite, cex.finite};
+    book_warp_costs(part);
+    if (lane == 0) s_warp[warp] = part;
     book_meet(s_warp, warps, s_part, G, rank, chain_only, s_wsum, s_wtop, &s_meet);
     const bool exact = s_meet.exact, costs_exact = s_meet.costs_exact;
     // Where not exact, the host's chains, each by a warp: the costs' by the last block's first

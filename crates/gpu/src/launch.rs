@@ -105,6 +105,7 @@ impl Kernel {
             self.ask_clusters(ctx, grid)
         })
     }
+    /// The driver's answer behind `max_clusters`, asked afresh (`max_clusters` keeps it).
     fn ask_clusters(&self, ctx: &GpuContext, grid: Grid) -> Result<u32, GpuError> {
         let blocks = grid.blocks;
         if !ctx.cluster_launch()? {
@@ -358,9 +359,9 @@ impl<'a> Launch<'a> {
         self.ctx.bind()?;
         // SAFETY: `values` holds the address of every argument, in the kernel's order: each
         // scalar borrowed for 'a (alive here), each buffer's device address in `self.raw`
-        // (alive and unmoved to the end of this function); `cfg` and its attribute are live locals; the
-        // function belongs to a module its context keeps loaded; the caller's contract covers
-        // what the kernel reads and writes.
+        // (alive and unmoved to the end of this function); `cfg` and its attribute are live
+        // locals; the function belongs to a module its context keeps loaded; the caller's
+        // contract covers what the kernel reads and writes.
         unsafe {
             sys::cuLaunchKernelEx(
                 &cfg,
