@@ -178,9 +178,9 @@ pub struct Member {
 
 /// The population `cfg` asks for: `points x agents` members, each with its settings and the
 /// seed `cfg.seed + s` for seed number `s`. A population of one is `cfg` itself (with the
-/// population's own settings cleared). Refuses unknown or fixed keys, empty value lists,
-/// values a setting cannot take (naming the member's settings), and an ensemble larger than the
-/// population or over members that observe differently.
+/// population's own settings cleared). Refuses unknown or fixed keys, empty value lists, a
+/// value listed twice, values a setting cannot take (naming the member's settings), and an
+/// ensemble larger than the population or over members that observe differently.
 pub fn members(cfg: &TrainConfig) -> Result<Vec<Member>, TrainError> {
     let bad = |m: String| Err(TrainError::Options(m));
     if cfg.agents == 0 {
@@ -209,6 +209,18 @@ pub fn members(cfg: &TrainConfig) -> Result<Vec<Member>, TrainError> {
         }
         if values.is_empty() {
             return bad(format!("sweep: `{key}` has no values"));
+        }
+        // A value listed twice would train the same agents twice and rank them as two.
+        if let Some((i, v)) = values
+            .iter()
+            .enumerate()
+            .find(|(i, v)| values[..*i].contains(*v))
+        {
+            return bad(format!(
+                "sweep: `{key}` lists {v} twice (values {} and {}); each value once",
+                values.iter().position(|u| u == v).expect("found before") + 1,
+                i + 1
+            ));
         }
     }
     let keys: Vec<(&String, &Vec<Value>)> = cfg.sweep.0.iter().collect();
@@ -469,6 +481,11 @@ mod tests {
         );
         refused("[sweep]\ncapital = [1.0]\n", "cannot be swept");
         refused("[sweep]\ndqn.lr = []\n", "`dqn.lr` has no values");
+        // 1e-3 and 0.001 are one value.
+        refused(
+            "[sweep]\ndqn.lr = [0.001, 0.01, 1e-3]\n",
+            "`dqn.lr` lists 0.001 twice (values 1 and 3)",
+        );
         refused(
             "[sweep]\ndqn.lr = [0.001, \"fast\"]\n",
             "sweep: dqn.lr=\"fast\"",
