@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(command[..2], ["foxhunt", "train"]);
         let Cli::Train(args) = Cli::try_parse_from(&command).expect("foxhunt train takes it");
         assert!(args.resume, "a retried pod continues its windows");
-        assert!(args.shard.is_none() && args.shard_count.is_none());
+        assert!(args.exec.shard.is_none() && args.exec.shard_count.is_none());
         let out = args.out.as_ref().expect("--out");
         let mounts = container["volumeMounts"].as_sequence().expect("mounts");
         assert!(

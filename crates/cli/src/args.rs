@@ -23,7 +23,7 @@ use foxhunt_trainer::{DeviceChoice, Select, StepLoop, Sweep, TrainConfig};
 
 /// Where the data is and how to read it. Every field changes what is read, so all of them are
 /// recorded in a run's config.json (and `--resume` refuses a change).
-#[derive(Debug, Clone, Args, serde::Serialize)]
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 pub struct LoaderArgs {
     /// Directory of data files (or one file).
     #[arg(long)]
@@ -500,18 +500,32 @@ pub struct TrainArgs {
     /// directory each run].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Continue the run in --out where it stopped.
+    /// Continue the run in --out where it stopped (the same options again; `foxhunt resume
+    /// DIR` needs none).
     #[arg(long)]
     pub resume: bool,
+    /// TOML file of contract specs laid over the built-in ones.
+    #[arg(long)]
+    pub specs: Option<PathBuf>,
+    /// How the run is carried out.
+    #[command(flatten)]
+    pub exec: ExecArgs,
+    /// The training settings.
+    #[command(flatten)]
+    pub flags: TrainFlags,
+}
+
+/// How a run is carried out: where it stops, how it shows progress, which part of it this
+/// process takes and on which devices. None of it changes a result, so none of it is recorded
+/// (`foxhunt train` and `foxhunt resume` share them).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ExecArgs {
     /// Stop after this many epochs (state written; --resume continues).
     #[arg(long)]
     pub stop_after_epochs: Option<usize>,
     /// No progress bars even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
-    /// TOML file of contract specs laid over the built-in ones.
-    #[arg(long)]
-    pub specs: Option<PathBuf>,
     /// Train only shard K of N (window w belongs to shard w mod N) in a run directory that
     /// all N shards share [default: from SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX), or
     /// JOB_COMPLETION_INDEX; else every window].
@@ -528,22 +542,9 @@ pub struct TrainArgs {
     /// Workers per device (GPU, or the CPU), each training the next window.
     #[arg(long, default_value_t = 1)]
     pub workers_per_device: usize,
-    /// The training settings.
-    #[command(flatten)]
-    pub flags: TrainFlags,
 }
 
-impl TrainArgs {
-    /// The training settings: the defaults, then `--config`, then the flags given.
-    pub fn train_config(&self) -> Result<TrainConfig> {
-        let mut c = match &self.config {
-            Some(p) => TrainConfig::from_toml_file(p)?,
-            None => TrainConfig::default(),
-        };
-        self.flags.apply(&mut c)?;
-        Ok(c)
-    }
-
+impl ExecArgs {
     /// The GPUs of `--devices`.
     pub fn devices(&self) -> Result<foxhunt_trainer::Devices> {
         use foxhunt_trainer::Devices;
@@ -583,11 +584,36 @@ impl TrainArgs {
         })
     }
 
+    /// What the trainer is told for the run directory `out` (`resume`: continue it).
+    pub fn options(&self, out: &Path, resume: bool) -> Result<foxhunt_trainer::RunOptions> {
+        Ok(foxhunt_trainer::RunOptions {
+            out: out.to_path_buf(),
+            resume,
+            stop_after_epochs: self.stop_after_epochs,
+            progress: !self.no_progress,
+            shard: self.shard()?,
+            devices: self.devices()?,
+            workers_per_device: self.workers_per_device,
+        })
+    }
+}
+
+impl TrainArgs {
+    /// The training settings: the defaults, then `--config`, then the flags given.
+    pub fn train_config(&self) -> Result<TrainConfig> {
+        let mut c = match &self.config {
+            Some(p) => TrainConfig::from_toml_file(p)?,
+            None => TrainConfig::default(),
+        };
+        self.flags.apply(&mut c)?;
+        Ok(c)
+    }
+
     /// The run directory: --out, or a new `runs/run-<UTC time>` (created here, which reserves
     /// the name: `-2`, `-3`, ... follow when it is taken). --resume and a shard need --out.
     pub fn out_dir(&self) -> Result<PathBuf> {
         if self.out.is_none()
-            && let Some(s) = self.shard()?
+            && let Some(s) = self.exec.shard()?
         {
             bail!("shard {s} needs --out DIR: the run directory every shard of the run shares");
         }
@@ -605,24 +631,91 @@ impl TrainArgs {
 
     /// What a run records of these options beside the contract spec (config.json): the data
     /// source and how it is read, the windows and the training settings. Every option that
-    /// changes a result lands in one of the three (a test enumerates the options).
-    pub fn recorded(&self) -> Result<(serde_json::Value, WalkForwardConfig, TrainConfig)> {
+    /// changes a result lands in one of them (a test enumerates the options).
+    pub fn recorded(&self) -> Result<Recorded> {
         let cfg = self.train_config()?;
         let windows = self.windows.config()?.context(
             "give the walk-forward windows, e.g. --train-months 3 --val-months 1 --test-months 1 --step-months 3",
         )?;
-        let source = serde_json::json!({
-            "loader": self.loader,
-            "specs": self.specs,
-            "model": "dqn",
-        });
-        Ok((source, windows, cfg))
+        Ok(Recorded {
+            loader: self.loader.clone(),
+            specs: self.specs.clone(),
+            windows,
+            cfg,
+        })
     }
 
     /// Loads the data, plans the windows and runs the job, writing the run directory `out`.
     /// Returns the report; the summary table is the caller's to print.
-    pub fn run(&self, out: &std::path::Path) -> Result<foxhunt_trainer::RunReport> {
-        let (source, windows, cfg) = self.recorded()?;
+    pub fn run(&self, out: &Path) -> Result<foxhunt_trainer::RunReport> {
+        self.recorded()?.run(&self.exec.options(out, self.resume)?)
+    }
+}
+
+/// What a run's config.json records of how it was asked for: the data and how it is read, the
+/// contract specs file, the windows and the training settings. From the options of `foxhunt
+/// train`, or read back from a run directory by `foxhunt resume`.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Where the data is and how it is read.
+    pub loader: LoaderArgs,
+    /// The contract specs file laid over the built-in specs, if any.
+    pub specs: Option<PathBuf>,
+    /// The walk-forward windows.
+    pub windows: WalkForwardConfig,
+    /// The training settings.
+    pub cfg: TrainConfig,
+}
+
+impl Recorded {
+    /// The data source as config.json records it.
+    pub fn source(&self) -> serde_json::Value {
+        serde_json::json!({
+            "loader": self.loader,
+            "specs": self.specs,
+            "model": "dqn",
+        })
+    }
+
+    /// What the run in `dir` recorded (its config.json, checked against its seal). A data
+    /// directory or specs file given as a relative path is read from the current directory,
+    /// as when the run started.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        if !path.exists() {
+            bail!(
+                "{}: not a foxhunt run directory (no config.json)",
+                dir.display()
+            );
+        }
+        let v: serde_json::Value = foxhunt_trainer::report::read_json(&path)?;
+        let part = |key: &str| -> Result<&serde_json::Value> {
+            key.split('.')
+                .try_fold(&v, |v, k| v.get(k))
+                .with_context(|| format!("{}: no `{key}`", path.display()))
+        };
+        let model = part("source.model")?;
+        if model != "dqn" {
+            bail!("{}: source.model is {model}, not \"dqn\"", path.display());
+        }
+        fn take<T: serde::de::DeserializeOwned>(
+            path: &Path,
+            key: &str,
+            v: &serde_json::Value,
+        ) -> Result<T> {
+            serde_json::from_value(v.clone())
+                .with_context(|| format!("{}: `{key}` cannot be read back", path.display()))
+        }
+        Ok(Self {
+            loader: take(&path, "source.loader", part("source.loader")?)?,
+            specs: take(&path, "source.specs", part("source.specs")?)?,
+            windows: take(&path, "windows", part("windows")?)?,
+            cfg: take(&path, "train", part("train")?)?,
+        })
+    }
+
+    /// Loads the data, plans the windows and runs the job as `opts` say.
+    pub fn run(&self, opts: &foxhunt_trainer::RunOptions) -> Result<foxhunt_trainer::RunReport> {
         let dataset = self.loader.load()?;
         let specs = match &self.specs {
             Some(p) => foxhunt_env::SpecTable::with_overrides(p)?,
@@ -632,22 +725,11 @@ impl TrainArgs {
         let job = foxhunt_trainer::Job {
             dataset: &dataset,
             spec: &spec,
-            windows: &windows,
-            cfg: &cfg,
-            source,
+            windows: &self.windows,
+            cfg: &self.cfg,
+            source: self.source(),
         };
-        Ok(foxhunt_trainer::run(
-            &job,
-            &foxhunt_trainer::RunOptions {
-                out: out.to_path_buf(),
-                resume: self.resume,
-                stop_after_epochs: self.stop_after_epochs,
-                progress: !self.no_progress,
-                shard: self.shard()?,
-                devices: self.devices()?,
-                workers_per_device: self.workers_per_device,
-            },
-        )?)
+        Ok(foxhunt_trainer::run(&job, opts)?)
     }
 }
 
@@ -716,10 +798,10 @@ mod tests {
             let args = Cli::try_parse_from(&argv)
                 .unwrap_or_else(|e| panic!("{extra:?}: {e}"))
                 .train;
-            let (source, windows, cfg) = args
+            let r = args
                 .recorded()
                 .unwrap_or_else(|e| panic!("{extra:?}: {e:#}"));
-            serde_json::json!({"source": source, "windows": windows, "train": cfg})
+            serde_json::json!({"source": r.source(), "windows": r.windows, "train": r.cfg})
         };
         // Options that change no result: where the run goes, how it is shown, when it stops,
         // and --model (one value); --config's contents are recorded as the settings it sets.
@@ -849,10 +931,11 @@ mod tests {
             let args = Cli::try_parse_from(&argv)
                 .unwrap_or_else(|e| panic!("{argv:?}: {e}"))
                 .train;
-            let (source, windows, cfg) = args
+            let r = args
                 .recorded()
                 .unwrap_or_else(|e| panic!("{argv:?}: {e:#}"));
-            let got = serde_json::json!({"source": source, "windows": windows, "train": cfg});
+            let got =
+                serde_json::json!({"source": r.source(), "windows": r.windows, "train": r.cfg});
             assert_ne!(
                 got, plain,
                 "--{id} ({argv:?}) is not recorded in config.json"

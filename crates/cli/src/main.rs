@@ -25,6 +25,9 @@ enum Command {
     /// Train a DQN agent on each walk-forward window; report out-of-sample results beside the
     /// baselines and the phase breakdown of every epoch.
     Train(Box<foxhunt::args::TrainArgs>),
+    /// Continue a stopped training run from its directory alone: the data, windows and
+    /// settings it recorded (config.json).
+    Resume(train::ResumeArgs),
     /// Print the summary of a finished training run (and, with --html, write its report.html).
     Report(train::ReportArgs),
     /// Run a baseline strategy over a date range and print its metrics.
@@ -47,7 +50,10 @@ enum DataCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    foxhunt::init_logging(matches!(cli.command, Command::Train(_)));
+    foxhunt::init_logging(matches!(
+        cli.command,
+        Command::Train(_) | Command::Resume(_)
+    ));
     let result = match &cli.command {
         Command::Data {
             command: DataCommand::Inspect(args),
@@ -57,6 +63,7 @@ fn main() -> ExitCode {
         } => fetch::run(args),
         Command::Backtest(args) => backtest::run(args),
         Command::Train(args) => train::train(args),
+        Command::Resume(args) => train::resume(args),
         Command::Report(args) => train::report(args),
     };
     match result {

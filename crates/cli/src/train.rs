@@ -1,11 +1,11 @@
-//! `foxhunt train` and `foxhunt report`: the walk-forward training run, its summary and its
-//! report.html.
+//! `foxhunt train`, `foxhunt resume` and `foxhunt report`: the walk-forward training run, its
+//! continuation from its directory alone, its summary and its report.html.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use foxhunt::args::TrainArgs;
+use foxhunt::args::{ExecArgs, Recorded, TrainArgs};
 use foxhunt_trainer::report::{RunReport, read_json, summary};
 
 /// Runs `foxhunt train` and prints the summary table.
@@ -20,13 +20,37 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             return Err(e);
         }
     };
-    println!("{}", summary(&report));
+    finish(&report, &out, &args.exec)
+}
+
+/// `foxhunt resume` options.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run directory of a stopped `foxhunt train` (its --out).
+    pub run_dir: PathBuf,
+    /// How the rest of the run is carried out.
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// Runs `foxhunt resume`: the run in its directory continued with the data, windows and
+/// settings it recorded, as `foxhunt train --resume` with its first options would.
+pub fn resume(args: &ResumeArgs) -> Result<()> {
+    let out = &args.run_dir;
+    let report = Recorded::read(out)?.run(&args.exec.options(out, true)?)?;
+    finish(&report, out, &args.exec)
+}
+
+/// Prints a finished run's summary table and where its files are; an error where no window
+/// has an out-of-sample result.
+fn finish(report: &RunReport, out: &Path, exec: &ExecArgs) -> Result<()> {
+    println!("{}", summary(report));
     println!("run directory: {}", out.display());
     let page = out.join(foxhunt_trainer::html::FILE);
     if page.exists() {
         println!("report: {}", page.display());
     }
-    if let Some(s) = args.shard()? {
+    if let Some(s) = exec.shard()? {
         println!(
             "shard {s}: the table above covers this shard's windows only; `foxhunt report {}` \
              gives the run's once every shard is done",

@@ -335,7 +335,7 @@ fn backtest_all_strategies_on_every_bundled_data_set() {
 /// files, `foxhunt report`, and the device rules on a machine without a GPU.
 #[test]
 fn train_without_a_gpu_falls_back_to_the_cpu_unless_cuda_is_asked_for() {
-    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1") {
+    if foxhunt_testkit::gpu_machine() {
         return; // this machine has a GPU: the fallback cannot be observed here
     }
     let scratch = Scratch::new("cli-train");
@@ -737,6 +737,53 @@ fn resume_refuses_a_change_of_how_the_data_is_read() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `foxhunt resume DIR` continues a stopped run from its directory alone, to the results of
+/// the same run uninterrupted; a directory without a run, or whose config.json was edited, is
+/// refused naming the file.
+#[test]
+fn resume_continues_a_stopped_run_from_its_directory_alone() {
+    let scratch = Scratch::new("cli-resume-alone");
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let stopped = scratch.join("stopped");
+    let out = train_small(&stopped, &["--stop-after-epochs", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", err(&out));
+    assert!(
+        !stopped.join("report.json").exists(),
+        "stopped before its end"
+    );
+    let dir = stopped.display().to_string();
+    let out = foxhunt(&["resume", &dir, "--no-progress"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(stdout(&out).contains("run directory: "), "{}", stdout(&out));
+    let whole = scratch.join("whole");
+    let out = train_small(&whole, &[]);
+    assert!(out.status.success(), "{}", err(&out));
+    let read = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report"))
+            .expect("json")
+    };
+    let windows = read(&stopped)["windows"].clone();
+    assert!(windows.as_array().is_some_and(|w| w.len() > 1), "{windows}");
+    assert_eq!(windows, read(&whole)["windows"]);
+
+    // No run there: refused, nothing made.
+    let none = scratch.join("none");
+    fails_with(
+        &["resume", &none.display().to_string()],
+        "not a foxhunt run directory (no config.json)",
+    );
+    assert!(!none.exists());
+    // A recorded setting edited by hand: the seal refuses it, naming the file.
+    let config = stopped.join("config.json");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let edited = text.replacen("\"epochs\": 1", "\"epochs\": 2", 1);
+    assert_ne!(edited, text, "config.json records the epochs");
+    std::fs::write(&config, edited).expect("write");
+    let out = foxhunt(&["resume", &dir]);
+    assert_eq!(out.status.code(), Some(1), "{}", err(&out));
+    assert!(err(&out).contains("config.json"), "{}", err(&out));
 }
 
 /// Two real processes on one run directory: one trains, the other is refused (by the lock while

@@ -15,7 +15,7 @@ use crate::symbol::ContractCode;
 /// continuous series a user looks at (`data inspect`, [`ContinuousSeries::adjusted`]). Results
 /// never depend on it: features come from each session's raw prices, and PnL from
 /// [`ContinuousSeries::traded_bars`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Adjustment {

@@ -11,7 +11,7 @@ use crate::error::{DataError, Result};
 use crate::session::{date_to_day, day_to_date};
 
 /// A calendar length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Period {
     /// Calendar days.
@@ -60,7 +60,7 @@ impl std::fmt::Display for Period {
 }
 
 /// Whether each window's train period slides or grows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrainMode {
     /// Train is always `train` long and moves with the step.
@@ -70,8 +70,9 @@ pub enum TrainMode {
     Anchored,
 }
 
-/// A walk-forward plan's parameters.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A walk-forward plan's parameters (a run's config.json records them; `foxhunt resume` reads
+/// them back).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct WalkForwardConfig {
     /// Train period length.
     pub train: Period,

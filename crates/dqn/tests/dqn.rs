@@ -677,8 +677,7 @@ fn epsilon_greedy_explores_at_the_asked_rate() {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_q_values_match_ndarray() {
-    if std::env::var("FOXHUNT_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
+    if !foxhunt_testkit::gpu_tests() {
         return;
     }
     use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};

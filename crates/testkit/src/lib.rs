@@ -64,9 +64,15 @@ pub fn es_execution() -> Execution {
     Execution::new(&spec, Costs::default())
 }
 
-/// Whether GPU tests run here (`FOXHUNT_GPU_TESTS=1`); says so when they do not.
+/// Whether this machine is declared to have a GPU for the tests (`FOXHUNT_GPU_TESTS=1`),
+/// without a word: for tests that observe what happens where there is none.
+pub fn gpu_machine() -> bool {
+    std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1")
+}
+
+/// Whether GPU tests run here ([`gpu_machine`]); says so when they do not.
 pub fn gpu_tests() -> bool {
-    let on = std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1");
+    let on = gpu_machine();
     if !on {
         eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
     }

@@ -19,7 +19,7 @@ use crate::symbol::SymbolSelector;
 pub use timestamp::{format_ts, parse_time_zone};
 
 /// File formats foxhunt reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
@@ -35,7 +35,7 @@ pub enum Format {
 }
 
 /// What a CSV timestamp marks; DBN and Lean bars are always stamped at their start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BarTime {
