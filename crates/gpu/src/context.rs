@@ -10,7 +10,7 @@ use cudarc::nvrtc::{CompileError, Ptx, result as nvrtc, sys as nvrtc_sys};
 
 use crate::buffer::{DeviceBuffer, Elem};
 use crate::cache::KernelCache;
-use crate::launch::Kernel;
+use crate::launch::{Kernel, OccupancyAnswers};
 use crate::{EventMarks, GpuError, Module};
 
 /// How the modules of a context came to be: compiled by NVRTC, or read from the kernel cache.
@@ -39,6 +39,9 @@ pub struct GpuContext {
     arch: String,
     cache: KernelCache,
     modules: Arc<Mutex<HashMap<Module, Arc<CudaModule>>>>,
+    /// Each loaded function's occupancy answers, shared by all its handles and workers (the
+    /// modules, and so the functions and their attributes, are shared with the workers).
+    occupancy: Arc<Mutex<HashMap<(Module, &'static str), OccupancyAnswers>>>,
     stats: Arc<Mutex<CompileStats>>,
 }
 
@@ -133,6 +136,7 @@ impl GpuContext {
             arch: format!("sm_{major}{minor}"),
             cache,
             modules: Arc::new(Mutex::new(HashMap::new())),
+            occupancy: Arc::default(),
             stats: Arc::new(Mutex::new(CompileStats::default())),
         }))
     }
@@ -166,6 +170,7 @@ impl GpuContext {
             arch: self.arch.clone(),
             cache: self.cache.clone(),
             modules: self.modules.clone(),
+            occupancy: self.occupancy.clone(),
             stats: self.stats.clone(),
         }))
     }
@@ -234,7 +239,14 @@ impl GpuContext {
             "loading kernel {function} of module {}",
             module.name()
         )))?;
-        Ok(Kernel::new(f, function))
+        let occupancy = self
+            .occupancy
+            .lock()
+            .expect("occupancy lock")
+            .entry((module, function))
+            .or_default()
+            .clone();
+        Ok(Kernel::new(f, function, occupancy))
     }
 
     fn module(&self, module: Module) -> Result<Arc<CudaModule>, GpuError> {

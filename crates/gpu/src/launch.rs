@@ -14,23 +14,21 @@ use crate::{GpuContext, GpuError};
 pub struct Kernel {
     f: CudaFunction,
     name: &'static str,
-    /// The driver's occupancy answers given so far, by (threads, dynamic shared bytes, blocks
-    /// of a cluster or 0 for blocks a multiprocessor): they depend on nothing else but the
-    /// function's attributes, so callers may ask before every launch and the driver is asked
-    /// once ([`Kernel::allow_shared`] forgets them).
-    occupancy: Arc<Mutex<Vec<OccupancyAnswer>>>,
+    /// The driver's occupancy answers for this function, shared by every handle of it.
+    occupancy: OccupancyAnswers,
 }
 
-/// An occupancy answer and its key: (threads, dynamic shared bytes, blocks of a cluster or 0).
-type OccupancyAnswer = ([u32; 3], u32);
+/// The driver's occupancy answers given so far for one function of a loaded module, by
+/// (threads, dynamic shared bytes, blocks of a cluster or 0 for blocks a multiprocessor): they
+/// depend on nothing else but the function's attributes, so callers may ask before every launch
+/// and the driver is asked once. The attributes belong to the function, not to a handle, so the
+/// context keeps one list a function for all its handles ([`crate::GpuContext::kernel`]), and
+/// [`Kernel::allow_shared`] through any of them forgets the answers of all.
+pub(crate) type OccupancyAnswers = Arc<Mutex<Vec<([u32; 3], u32)>>>;
 
 impl Kernel {
-    pub(crate) fn new(f: CudaFunction, name: &'static str) -> Self {
-        Self {
-            f,
-            name,
-            occupancy: Arc::default(),
-        }
+    pub(crate) fn new(f: CudaFunction, name: &'static str, occupancy: OccupancyAnswers) -> Self {
+        Self { f, name, occupancy }
     }
     /// The answer remembered under `key`, else `ask`'s, remembered.
     fn occupancy(
@@ -53,8 +51,8 @@ impl Kernel {
     pub fn name(&self) -> &'static str {
         self.name
     }
-    /// Lets launches of this kernel use up to `bytes` of dynamic shared memory (above the
-    /// 48 KiB every kernel may use).
+    /// Lets launches of this kernel, through any handle, use up to `bytes` of dynamic shared
+    /// memory (above the 48 KiB every kernel may use, or below what was allowed before).
     pub fn allow_shared(&self, bytes: u32) -> Result<(), GpuError> {
         self.occupancy
             .lock()

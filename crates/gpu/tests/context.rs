@@ -1,18 +1,15 @@
 //! The device context: a clear error where there is no GPU (CI), and on a GPU
 //! (FOXHUNT_GPU_TESTS=1) buffers that round-trip, a compile error that carries NVRTC's log, and
-//! occupancy answers kept per shape.
+//! occupancy answers kept per shape and per function (shared by its handles).
 #![cfg(feature = "cuda")]
 
 use foxhunt_gpu::{GpuContext, GpuError, Grid, KernelCache, Module};
-
-fn gpu_tests() -> bool {
-    std::env::var("FOXHUNT_GPU_TESTS").as_deref() == Ok("1")
-}
+use foxhunt_testkit::{gpu_machine, gpu_tests};
 
 /// Without a usable GPU (no driver, as on CI), asking for one is a clear error, never a panic.
 #[test]
 fn without_a_gpu_asking_for_one_says_no_cuda_device_found() {
-    if gpu_tests() {
+    if gpu_machine() {
         return;
     }
     let err = GpuContext::new(0).err().expect("no usable CUDA here");
@@ -56,7 +53,6 @@ fn every_module_compiles_for_hopper_without_a_gpu() {
 #[test]
 fn buffers_round_trip_and_every_module_compiles() {
     if !gpu_tests() {
-        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
         return;
     }
     let ctx = GpuContext::with_cache(0, KernelCache::off()).expect("a GPU");
@@ -96,7 +92,6 @@ fn a_kernel(m: Module) -> &'static str {
 #[test]
 fn a_warm_kernel_cache_compiles_nothing_and_a_damaged_entry_is_rebuilt() {
     if !gpu_tests() {
-        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
         return;
     }
     let dir = std::env::temp_dir().join(format!("foxhunt-kernel-cache-{}", std::process::id()));
@@ -158,7 +153,6 @@ fn a_warm_kernel_cache_compiles_nothing_and_a_damaged_entry_is_rebuilt() {
 #[test]
 fn occupancy_answers_are_kept_per_shape() {
     if !gpu_tests() {
-        eprintln!("skipped: set FOXHUNT_GPU_TESTS=1 to run on a CUDA device");
         return;
     }
     let ctx = GpuContext::with_cache(0, KernelCache::off()).expect("a GPU");
@@ -214,4 +208,43 @@ fn occupancy_answers_are_kept_per_shape() {
             );
         }
     }
+}
+
+/// The occupancy answers belong to the function, not to a handle: shared memory allowed or
+/// taken back through one handle changes what every other handle of the function answers.
+#[test]
+fn occupancy_answers_follow_shared_memory_allowed_through_another_handle() {
+    if !gpu_tests() {
+        return;
+    }
+    let ctx = GpuContext::with_cache(0, KernelCache::off()).expect("a GPU");
+    let asker = ctx.kernel(Module::Eval, "eval_chunks").expect("kernel");
+    let setter = ctx.kernel(Module::Eval, "eval_chunks").expect("kernel");
+    let (threads, shared) = (128, 96 * 1024);
+    // Before any opt-in the block does not fit (an answer of 0 or a refusal; 0 is kept).
+    let before = asker.blocks_per_sm(threads, shared);
+    assert!(matches!(before, Ok(0) | Err(_)), "{before:?}");
+    setter.allow_shared(shared).expect("shared memory");
+    let allowed = asker.blocks_per_sm(threads, shared).expect("occupancy");
+    assert!(allowed >= 1, "{shared} bytes allowed, yet {allowed} blocks");
+    // Taken back below the shape's need, the kept answer must go too.
+    setter.allow_shared(0).expect("shared memory");
+    let taken_back = asker.blocks_per_sm(threads, shared);
+    assert!(
+        matches!(taken_back, Ok(0) | Err(_)),
+        "shared memory taken back through another handle, yet {taken_back:?} (before: {before:?})"
+    );
+    // A worker's handle is a handle of the same function.
+    let worker = ctx
+        .worker()
+        .expect("worker")
+        .kernel(Module::Eval, "eval_chunks");
+    worker
+        .expect("kernel")
+        .allow_shared(shared)
+        .expect("shared memory");
+    assert_eq!(
+        asker.blocks_per_sm(threads, shared).expect("occupancy"),
+        allowed
+    );
 }

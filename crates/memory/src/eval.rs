@@ -906,23 +906,15 @@ impl<'a> DeviceEvaluator<'a> {
         // The chunks' walks, a small block each: all resident at once (they wait on latency).
         let lc = self.block_layout(net, WALK_THREADS, Some(self.walk_rows), false)?;
         let walk_first = first_rows(lc.rows);
-        let l = params(
+        let l = walk_params(
             self.ctx.launch(&self.k.chunks),
             w,
             s,
             net,
-            &lc.params_shared,
+            &lc,
             table,
+            (&self.flat, &self.first_sums, &first_on),
         )
-        .value(&s.split_start)
-        .value(&s.split_end)
-        .value(&s.multiplier)
-        .value(&s.cost)
-        .value(&s.slippage)
-        .value(&lc.rows)
-        .input(&self.flat)
-        .input(&self.first_sums)
-        .value(&first_on)
         .input(&self.chunk_start)
         .input(&self.chunk_end)
         .value(&walk_first)
@@ -953,23 +945,15 @@ impl<'a> DeviceEvaluator<'a> {
         let teams = (blocks / team.team) as usize * nets.len();
         fit(&self.ctx, &mut self.team_act, teams * per_team)?;
         fit(&self.ctx, &mut self.team_bar, 2 * teams)?;
-        let l = params(
+        let l = walk_params(
             self.ctx.launch(&self.k.stitch),
             w,
             s,
             net,
-            &ls.params_shared,
+            &ls,
             table,
+            (&self.flat, &self.first_sums, &first_on),
         )
-        .value(&s.split_start)
-        .value(&s.split_end)
-        .value(&s.multiplier)
-        .value(&s.cost)
-        .value(&s.slippage)
-        .value(&ls.rows)
-        .input(&self.flat)
-        .input(&self.first_sums)
-        .value(&first_on)
         .input(&self.sess_start)
         .input(&self.sess_end)
         .input(&self.sess_chunk)
@@ -1267,6 +1251,30 @@ fn grid(blocks: u32, l: &Layout) -> Grid {
         threads: l.warps * 32,
         shared_bytes: l.shared_bytes,
     }
+}
+
+/// The leading arguments of a walk kernel, WALK_PARAMS (kernels/eval.cu): EVAL_PARAMS, the
+/// split's bounds and costs, the rows a block decides at most (`layout`'s), then the flat pass's
+/// decisions and first-layer sums with whether those sums are read.
+fn walk_params<'l>(
+    l: Launch<'l>,
+    w: &'l DeviceWindow,
+    s: &'l Scalars,
+    net: &'l MemberNet,
+    layout: &'l BlockLayout,
+    members: Option<&'l DeviceBuffer<u64>>,
+    (flat, first_sums, first_on): (&'l DeviceBuffer<i8>, &'l DeviceBuffer<f32>, &'l u32),
+) -> Launch<'l> {
+    params(l, w, s, net, &layout.params_shared, members)
+        .value(&s.split_start)
+        .value(&s.split_end)
+        .value(&s.multiplier)
+        .value(&s.cost)
+        .value(&s.slippage)
+        .value(&layout.rows)
+        .input(flat)
+        .input(first_sums)
+        .value(first_on)
 }
 
 /// Pushes EVAL_PARAMS (kernels/eval.cu) in order.
