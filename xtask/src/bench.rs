@@ -842,8 +842,6 @@ pub struct DeviceVariants {
     pub book_blocks: Vec<String>,
     /// `on` or `off`: stitch teams as thread-block clusters.
     pub stitch_clusters: Vec<String>,
-    /// `auto` or 0 and up: bars a chunk walk that ends in a position is carried on.
-    pub extend: Vec<String>,
     /// Networks judged together (a population's validations), timed beside as many judged one
     /// after another.
     pub members: Vec<usize>,
@@ -1027,17 +1025,6 @@ fn device_eval(
         foxhunt_memory::BOOK_BLOCKS,
     )?;
     let clusters = switches(&variants.stitch_clusters, "--stitch-clusters", "on", "off")?;
-    let extends = variants
-        .extend
-        .iter()
-        .map(|v| match v.as_str() {
-            "auto" => Ok(None),
-            _ => v
-                .parse::<u32>()
-                .map(Some)
-                .map_err(|_| anyhow::anyhow!("--extend {v}: expected auto or a count of bars")),
-        })
-        .collect::<Result<Vec<_>>>()?;
     let stitches = variants
         .stitch
         .iter()
@@ -1090,20 +1077,16 @@ fn device_eval(
         .flat_map(|cswf| book_warps.iter().map(move |b| (cswf, b)))
         .flat_map(|cswfb| book_blocks.iter().map(move |t| (cswfb, t)))
         .flat_map(|cswfbt| clusters.iter().map(move |c| (cswfbt, c)))
-        .flat_map(|cswfbtc| extends.iter().map(move |x| (cswfbtc, x)))
         .map(
-            |(((((((&chunk, (label, team)), &walk), &reuse), &book), &total), &clustered), &extend)| {
-                Variant {
-                    chunk: Some(chunk),
-                    label: label.clone(),
-                    team: *team,
-                    walk,
-                    reuse,
-                    book,
-                    total,
-                    clustered,
-                    extend,
-                }
+            |((((((&chunk, (label, team)), &walk), &reuse), &book), &total), &clustered)| Variant {
+                chunk: Some(chunk),
+                label: label.clone(),
+                team: *team,
+                walk,
+                reuse,
+                book,
+                total,
+                clustered,
             },
         )
         .collect();
@@ -1112,7 +1095,6 @@ fn device_eval(
         let book = v.book.map_or_else(|| "auto".into(), |w| w.to_string());
         let total = v.total.map_or_else(|| "auto".into(), |b| b.to_string());
         let clustered = if v.clustered { "on" } else { "off" };
-        let extend = v.extend_label();
         v.set(&mut ev)?;
         let first = if reuse { "reuse" } else { "full" };
         let targets = ev.targets(&net, split.clone())?;
@@ -1144,7 +1126,7 @@ fn device_eval(
             Ok(())
         })?;
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, book blocks {total:>4}, clusters {clustered:>3}, extend {extend:>4}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, book blocks {total:>4}, clusters {clustered:>3}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
         );
     }
     Variant::default().set(&mut ev)?;
@@ -1205,8 +1187,6 @@ struct Variant {
     total: Option<u32>,
     /// Stitch teams as thread-block clusters.
     clustered: bool,
-    /// Bars a chunk walk is carried on; `None`: the evaluator's default.
-    extend: Option<u32>,
 }
 
 #[cfg(feature = "cuda")]
@@ -1222,7 +1202,6 @@ impl Default for Variant {
             book: None,
             total: None,
             clustered: true,
-            extend: None,
         }
     }
 }
@@ -1237,12 +1216,7 @@ impl Variant {
         ev.set_book_warps(self.book);
         ev.set_book_blocks(self.total);
         ev.set_stitch_clusters(self.clustered);
-        ev.set_extend_bars(self.extend.unwrap_or(foxhunt_memory::EXTEND_BARS));
         Ok(())
-    }
-    /// The bars a chunk walk is carried on as printed: `auto` for the evaluator's default.
-    fn extend_label(&self) -> String {
-        self.extend.map_or_else(|| "auto".into(), |x| x.to_string())
     }
     /// The chunk's bars as printed: `auto` for the evaluator's choice.
     fn chunk_label(&self) -> String {
@@ -1378,11 +1352,10 @@ fn population_eval(
                 .collect::<Result<_>>()?;
             let kernels = kernel_us(ev, reps, &mut |ev| together(ev).map(|_| ()))?;
             println!(
-                "    {k:>3} together, chunks of {:>4} (walk rows {:>2}), stitch {:>5}, extend {:>4}: {:>10.1} us; kernels us: {kernels}",
+                "    {k:>3} together, chunks of {:>4} (walk rows {:>2}), stitch {:>5}: {:>10.1} us; kernels us: {kernels}",
                 v.chunk_label(),
                 v.walk,
                 v.label,
-                v.extend_label(),
                 summarize(&mut us).0
             );
         }

@@ -130,11 +130,6 @@ enum Bench {
         /// (cuda): `on` (the evaluator's default) or `off` (a barrier in global memory).
         #[arg(long, value_delimiter = ',', default_value = "on")]
         stitch_clusters: Vec<String>,
-        /// Bars a chunk walk that ends in a position is carried on past its chunk's end at
-        /// most, until flat, side by side (cuda): `auto` (the evaluator's default) or a count
-        /// (0: none).
-        #[arg(long, value_delimiter = ',', default_value = "auto")]
-        extend: Vec<String>,
         /// Networks judged together, side by side with as many one after another (cuda; a
         /// population's validations), e.g. 1,4,16,64.
         #[arg(long, value_delimiter = ',')]
@@ -269,7 +264,6 @@ fn main() -> Result<()> {
                     book_warps,
                     book_blocks,
                     stitch_clusters,
-                    extend,
                     members,
                 },
         } => bench::eval(
@@ -284,7 +278,6 @@ fn main() -> Result<()> {
                 book_warps,
                 book_blocks,
                 stitch_clusters,
-                extend,
                 members,
             },
         ),

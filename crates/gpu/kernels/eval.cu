@@ -540,7 +540,6 @@ struct WalkIo {
     double* rec_entry;
     const signed char* merge_pos;    // with merge_entry: another walk's states, or null
     const double* merge_entry;
-    u32 stop_flat;                   // 1: stop at the first bar the walk is flat at
 };
 
 // The block's walk state (shared).
@@ -585,7 +584,7 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
         const u32 t0 = ws.t;
         const int pos = ws.pos;
         const double entry = ws.entry;
-        if (t0 >= end || (pos == 0 && io.stop_flat)) break;
+        if (t0 >= end) break;
         if (pos == 0) {
             // Flat: the first bar from t0 whose flat decision trades, or (merging) where the
             // other walk is flat too; every flat bar before it stays flat.
@@ -747,19 +746,11 @@ __device__ void block_walk(const Net& n, const Market& m, const Exec& xc, u32 lo
 // Walks chunk c (bars [chunk_start[c], chunk_end[c]) of one session) from a flat start, a block
 // a chunk, rows_min to rows_max bars a round in a position (as a team of one): its decisions
 // into w_target, the state before each bar into w_pos / w_entry, the state after its last bar
-// into w_end_pos / w_end_entry. Where it ends in a position and ext_bars > 0, the walk is
-// carried on past the chunk's end until it is flat or reaches chunk_limit[c] (at most ext_bars
-// further, inside the session): those decisions into x_target (ext_bars a chunk), the bar it
-// stopped at and the state there into x_end_t / x_end_pos / x_end_entry (the chunk's end and
-// its end state where it was not carried on). Wherever the true path leaves the chunk through
-// the walk, the stitch then takes the hold's rest from here instead of following it itself:
-// chunks walk side by side, a session's stitch one chunk after another.
+// into w_end_pos / w_end_entry.
 extern "C" __global__ void __launch_bounds__(1024, 1)
     eval_chunks(WALK_PARAMS, const u32* chunk_start, const u32* chunk_end, u32 rows_min,
                 signed char* w_target, signed char* w_pos, double* w_entry,
-                signed char* w_end_pos, double* w_end_entry, u32 ext_bars,
-                const u32* chunk_limit, signed char* x_target, u32* x_end_t,
-                signed char* x_end_pos, double* x_end_entry) {
+                signed char* w_end_pos, double* w_end_entry) {
     extern __shared__ float sh[];
     __shared__ WalkState ws;
     float* scratch;
@@ -772,8 +763,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     const u64 bars = split_end - split_start;
     at_member(bars, flat_target, w_target, w_pos, w_entry);
     at_member(bars * (first_on ? (u32)net_layer(n, 0)[3] : 0), first_sums);
-    at_member(gridDim.x, w_end_pos, w_end_entry, x_end_t, x_end_pos, x_end_entry);
-    at_member((u64)gridDim.x * ext_bars, x_target);
+    at_member(gridDim.x, w_end_pos, w_end_entry);
     WalkIo io = {split_start, split_end, flat_target, first_on ? first_sums : 0,
                  w_target, w_pos, w_entry, 0, 0};
     const Team alone = {0, 1, rows_max, min(rows_min, rows_max), 0, 0};
@@ -785,29 +775,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
         ws.stop = 0;
         ws.per = alone.rows_min;
     }
-    const u32 ce = chunk_end[c], limit = ext_bars ? chunk_limit[c] : ce;
-    // One call site for the chunk and its carrying on (the walk is inlined: two would double
-    // the kernel's code and make it spill).
-    for (u32 end = ce;;) {
-        block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone, end,
-                   ws, round);
-        if (end == ce && threadIdx.x == 0) {
-            w_end_pos[c] = (signed char)ws.pos;
-            w_end_entry[c] = ws.entry;
-        }
-        if (end != ce || ws.pos == 0 || limit == ce) break;
-        // Decisions at bars [ce, limit) land at x_target[c * ext_bars + (t - ce)] (the walk
-        // writes out[t - split_start]); no states recorded; it stops where it is flat.
-        io.out = x_target + (long long)c * ext_bars - (long long)(ce - split_start);
-        io.rec_pos = 0;
-        io.rec_entry = 0;
-        io.stop_flat = 1;
-        end = limit;
-    }
-    if (ext_bars && threadIdx.x == 0) {
-        x_end_t[c] = ws.t;
-        x_end_pos[c] = (signed char)ws.pos;
-        x_end_entry[c] = ws.entry;
+    block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone, chunk_end[c],
+               ws, round);
+    if (threadIdx.x == 0) {
+        w_end_pos[c] = (signed char)ws.pos;
+        w_end_entry[c] = ws.entry;
     }
 }
 
@@ -815,8 +787,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
 // [sess_chunk[s], ...) of the chunk table) into targets: walked from the session's flat start
 // until its state is the state of the chunk walk over the same bar, the rest of that chunk
 // taken from the walk (the same state gives the same future), and on from the chunk's end in
-// the state the walk ends in (or, where the walk was carried on past the chunk's end, from where
-// that stopped: eval_chunks). Teams of team_size blocks (rows_min to rows_max rows each a
+// the state the walk ends in. Teams of team_size blocks (rows_min to rows_max rows each a
 // round) take sessions team, team + teams, ...; team g's barrier is team_bar[2 g ..] and its exchange
 // team_act[g * 2 * team_size * rows_max ..]. Every block of a team takes the same steps; its
 // first block writes the targets. A team larger than one needs every block resident (a
@@ -825,10 +796,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     eval_stitch(WALK_PARAMS, const u32* sess_start, const u32* sess_end, const u32* sess_chunk,
                 const u32* chunk_end, const signed char* w_target, const signed char* w_pos,
                 const double* w_entry, const signed char* w_end_pos, const double* w_end_entry,
-                u32 ext_bars, const signed char* x_target, const u32* x_end_t,
-                const signed char* x_end_pos, const double* x_end_entry, u32 n_sessions,
-                u32 n_chunks, u32 team_size, u32 rows_min, int* team_act, u32* team_bar,
-                signed char* targets) {
+                u32 n_sessions, u32 n_chunks, u32 team_size, u32 rows_min, int* team_act,
+                u32* team_bar, signed char* targets) {
     extern __shared__ float sh[];
     __shared__ WalkState ws;
     float* scratch;
@@ -840,8 +809,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     const u64 bars = split_end - split_start;
     at_member(bars, flat_target, w_target, w_pos, w_entry, targets);
     at_member(bars * (first_on ? (u32)net_layer(n, 0)[3] : 0), first_sums);
-    at_member(n_chunks, w_end_pos, w_end_entry, x_end_t, x_end_pos, x_end_entry);
-    at_member((u64)n_chunks * ext_bars, x_target);
+    at_member(n_chunks, w_end_pos, w_end_entry);
     at_member((u64)gridDim.x * 2 * rows_max, team_act);
     at_member(2 * (gridDim.x / team_size), team_bar);
     const u32 g = blockIdx.x / team_size, teams = gridDim.x / team_size;
@@ -869,16 +837,14 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
             // Met the walk of the chunk holding bar ws.t: the rest of that chunk is its.
             const u32 t = ws.t;
             while (chunk_end[c] <= t) ++c;
-            // And the walk's own carrying on past that chunk's end, if it was.
-            const u32 ce = chunk_end[c], xe = ext_bars ? x_end_t[c] : ce;
-            for (u32 v = t + threadIdx.x; writes && v < xe; v += blockDim.x)
-                targets[v - split_start] = v < ce ? w_target[v - split_start]
-                                                  : x_target[(u64)c * ext_bars + (v - ce)];
+            const u32 ce = chunk_end[c];
+            for (u32 v = t + threadIdx.x; writes && v < ce; v += blockDim.x)
+                targets[v - split_start] = w_target[v - split_start];
             __syncthreads();
             if (threadIdx.x == 0) {
-                ws.t = xe;
-                ws.pos = xe > ce ? x_end_pos[c] : w_end_pos[c];
-                ws.entry = xe > ce ? x_end_entry[c] : w_end_entry[c];
+                ws.t = ce;
+                ws.pos = w_end_pos[c];
+                ws.entry = w_end_entry[c];
             }
         }
     }

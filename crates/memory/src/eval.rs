@@ -120,12 +120,6 @@ const WALK_THREADS: u32 = 128;
 /// Bars a chunk walk decides a round in a position at most, by default (from a quarter of them
 /// in a hold's first round, doubling while the position is held through a round).
 pub const WALK_ROWS: u32 = 8;
-/// Bars a chunk walk that ends in a position is carried on past its chunk's end at most, by
-/// default, until it is flat (eval_chunks): the stitch then takes such a hold's rest from the
-/// walk instead of following it itself. 0 carries none on: measured on an H100 (2026-12-06),
-/// 16 to 256 bars took 5-10% off one agent's judgement and added up to 80% to another's, the
-/// chunk walks' narrow rounds growing more than the stitch's shrank (docs/PERFORMANCE.md).
-pub const EXTEND_BARS: u32 = 0;
 /// Threads of the stitch's blocks (eval_stitch).
 const STITCH_THREADS: u32 = 1024;
 /// Blocks of a stitch team at most, and the bars a team's round decides at most (eval.cu's
@@ -150,7 +144,6 @@ const BOOK_THREADS: u32 = 1024;
 struct SplitTables {
     split: Range<usize>,
     chunk_bars: usize,
-    extend_bars: u32,
     sessions: u32,
     chunks: u32,
 }
@@ -240,14 +233,6 @@ pub struct DeviceEvaluator<'a> {
     chunk_end: DeviceBuffer<u32>,
     w_end_pos: DeviceBuffer<i8>,
     w_end_entry: DeviceBuffer<f64>,
-    /// Per chunk: where its walk may be carried on to (its session's end or `extend_bars`
-    /// past its own, the nearer), that carrying on's decisions (`extend_bars` a chunk), and
-    /// the bar it stopped at with the state there.
-    chunk_limit: DeviceBuffer<u32>,
-    x_target: DeviceBuffer<i8>,
-    x_end_t: DeviceBuffer<u32>,
-    x_end_pos: DeviceBuffer<i8>,
-    x_end_entry: DeviceBuffer<f64>,
     /// Per session: rows and first chunk.
     sess_start: DeviceBuffer<u32>,
     sess_end: DeviceBuffer<u32>,
@@ -260,8 +245,6 @@ pub struct DeviceEvaluator<'a> {
     stitch: Option<Stitch>,
     /// Rows a chunk walk decides a round at most.
     walk_rows: u32,
-    /// Bars a chunk walk is carried on past its end at most ([`EXTEND_BARS`] by default).
-    extend_bars: u32,
     book: BookBuffers,
     /// The first row of every session of the window.
     session_rows: Vec<usize>,
@@ -507,11 +490,6 @@ impl<'a> DeviceEvaluator<'a> {
             chunk_end: ctx.alloc(0)?,
             w_end_pos: ctx.alloc(0)?,
             w_end_entry: ctx.alloc(0)?,
-            chunk_limit: ctx.alloc(0)?,
-            x_target: ctx.alloc(0)?,
-            x_end_t: ctx.alloc(0)?,
-            x_end_pos: ctx.alloc(0)?,
-            x_end_entry: ctx.alloc(0)?,
             sess_start: ctx.alloc(0)?,
             sess_end: ctx.alloc(0)?,
             sess_chunk: ctx.alloc(0)?,
@@ -519,7 +497,6 @@ impl<'a> DeviceEvaluator<'a> {
             team_bar: ctx.alloc(0)?,
             stitch: None,
             walk_rows: WALK_ROWS,
-            extend_bars: EXTEND_BARS,
             book: BookBuffers::new(&ctx)?,
             window: arena.buffers(),
             exec: *arena.exec(),
@@ -554,13 +531,6 @@ impl<'a> DeviceEvaluator<'a> {
     /// 32). Every value gives the same decisions.
     pub fn set_walk_rows(&mut self, rows: u32) {
         self.walk_rows = rows.clamp(1, EVAL_WALK_ROWS);
-    }
-
-    /// Bars a chunk walk that ends in a position is carried on past its chunk's end at most,
-    /// until it is flat (for measuring and tests; [`EXTEND_BARS`] by default, 0 for none).
-    /// Every value gives the same decisions.
-    pub fn set_extend_bars(&mut self, bars: u32) {
-        self.extend_bars = bars;
     }
 
     /// Whether the walks in a position take the first hidden layer's sums from the flat pass
@@ -746,9 +716,7 @@ impl<'a> DeviceEvaluator<'a> {
         if self
             .tables
             .as_ref()
-            .is_none_or(|t| {
-                t.split != *split || t.chunk_bars != bars || t.extend_bars != self.extend_bars
-            })
+            .is_none_or(|t| t.split != *split || t.chunk_bars != bars)
         {
             self.make_tables(split, bars)?;
         }
@@ -766,14 +734,6 @@ impl<'a> DeviceEvaluator<'a> {
         fit(ctx, &mut self.w_entry, n)?;
         fit(ctx, &mut self.w_end_pos, chunks)?;
         fit(ctx, &mut self.w_end_entry, chunks)?;
-        fit(ctx, &mut self.x_end_t, chunks)?;
-        fit(ctx, &mut self.x_end_pos, chunks)?;
-        fit(ctx, &mut self.x_end_entry, chunks)?;
-        fit(
-            ctx,
-            &mut self.x_target,
-            (chunks * self.extend_bars as usize).max(1),
-        )?;
         self.book.fit(ctx, n, sessions, members)
     }
 
@@ -790,7 +750,6 @@ impl<'a> DeviceEvaluator<'a> {
         let mut ends: Vec<u32> = starts[1..].to_vec();
         ends.push(split.end as u32);
         let (mut c_start, mut c_end, mut first_chunk) = (Vec::new(), Vec::new(), Vec::new());
-        let mut c_limit = Vec::new();
         for (&s, &e) in starts.iter().zip(&ends) {
             first_chunk.push(c_start.len() as u32);
             let mut t = s;
@@ -798,17 +757,12 @@ impl<'a> DeviceEvaluator<'a> {
                 let u = e.min(t + bars as u32);
                 c_start.push(t);
                 c_end.push(u);
-                c_limit.push(e.min(u.saturating_add(self.extend_bars)));
                 t = u;
             }
         }
         let ctx = &self.ctx;
         fit(ctx, &mut self.given, split.len())?;
-        for b in [
-            &mut self.chunk_start,
-            &mut self.chunk_end,
-            &mut self.chunk_limit,
-        ] {
+        for b in [&mut self.chunk_start, &mut self.chunk_end] {
             fit(ctx, b, c_start.len())?;
         }
         for b in [
@@ -823,11 +777,9 @@ impl<'a> DeviceEvaluator<'a> {
         self.ctx.write(&mut self.sess_chunk, &first_chunk)?;
         self.ctx.write(&mut self.chunk_start, &c_start)?;
         self.ctx.write(&mut self.chunk_end, &c_end)?;
-        self.ctx.write(&mut self.chunk_limit, &c_limit)?;
         self.tables = Some(SplitTables {
             split: split.clone(),
             chunk_bars: bars,
-            extend_bars: self.extend_bars,
             sessions: starts.len() as u32,
             chunks: c_start.len() as u32,
         });
@@ -985,20 +937,9 @@ impl<'a> DeviceEvaluator<'a> {
         .output(&mut self.w_pos)
         .output(&mut self.w_entry)
         .output(&mut self.w_end_pos)
-        .output(&mut self.w_end_entry)
-        .value(&self.extend_bars)
-        .input(&self.chunk_limit)
-        .output(&mut self.x_target)
-        .output(&mut self.x_end_t)
-        .output(&mut self.x_end_pos)
-        .output(&mut self.x_end_entry);
+        .output(&mut self.w_end_entry);
         // SAFETY: eval_chunks(WALK_PARAMS, chunk_start, chunk_end, rows_min, w_target, w_pos,
-        // w_entry, w_end_pos, w_end_entry, ext_bars, chunk_limit, x_target, x_end_t, x_end_pos,
-        // x_end_entry); chunk_limit[c] lies between the chunk's end and its session's end, and
-        // at most ext_bars past the chunk's end (`make_tables`, for this ext_bars), so the
-        // walk carried on writes x_target at its own chunk's ext_bars slots only, which
-        // `prepare` sized for every chunk of every row (or one byte when ext_bars is 0 and
-        // nothing is carried on); x_end_* hold a value a chunk of every row. WALK_PARAMS are EVAL_PARAMS, split_start, split_end,
+        // w_entry, w_end_pos, w_end_entry); WALK_PARAMS are EVAL_PARAMS, split_start, split_end,
         // multiplier, cost_per_side, slippage_price, rows_max, flat_target, first_sums,
         // first_on (eval_flat's, read at the split's bars only when first_on). One block per
         // chunk, whose bars lie in one session of the split (`prepare`), writing the walk's
@@ -1037,11 +978,6 @@ impl<'a> DeviceEvaluator<'a> {
         .input(&self.w_entry)
         .input(&self.w_end_pos)
         .input(&self.w_end_entry)
-        .value(&self.extend_bars)
-        .input(&self.x_target)
-        .input(&self.x_end_t)
-        .input(&self.x_end_pos)
-        .input(&self.x_end_entry)
         .value(&sessions)
         .value(&chunks)
         .value(&team.team)
@@ -1050,8 +986,7 @@ impl<'a> DeviceEvaluator<'a> {
         .output(&mut self.team_bar)
         .output(&mut self.targets);
         // SAFETY: eval_stitch(WALK_PARAMS, sess_start, sess_end, sess_chunk, chunk_end,
-        // w_target, w_pos, w_entry, w_end_pos, w_end_entry, ext_bars, x_target, x_end_t,
-        // x_end_pos, x_end_entry (eval_chunks', for the same ext_bars and tables), n_sessions, n_chunks, team_size,
+        // w_target, w_pos, w_entry, w_end_pos, w_end_entry, n_sessions, n_chunks, team_size,
         // rows_min, team_act, team_bar, targets); `blocks` is a whole number of teams of
         // team_size blocks, each taking whole sessions and writing targets of their rows only;
         // the chunk table covers every session's rows in order (`prepare`); team_act holds 2 *

@@ -932,21 +932,16 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 // chunks the walk is cut into and the rows its rounds take, the stitch's teams
                 // (one block, or several deciding 1 to 32 bars each a round), whether the walks
                 // start from the flat pass's first-layer sums or sum every input again,
-                // however the equity is summed, whether a team meets at a thread-block
-                // cluster's barrier (where the device runs its teams so) or in global memory,
-                // and how far a chunk walk ending in a position is carried on past its end
-                // (none; a few bars, so that most holds outlast it; more than a session, so
-                // that every one ends flat or at its session's close).
+                // however the equity is summed, and whether a team meets at a thread-block
+                // cluster's barrier (where the device runs its teams so) or in global memory.
                 let team = |team, rows| Some(foxhunt_memory::Stitch { team, rows });
-                let default_extend = foxhunt_memory::EXTEND_BARS;
-                for (chunk, walk, stitch, reuse, chain, clusters, extend) in [
-                    (foxhunt_memory::CHUNK_BARS, 8, None, true, false, true, default_extend),
-                    (foxhunt_memory::CHUNK_BARS, 8, None, false, false, false, 0),
-                    (1, 1, team(1, 32), true, true, true, 3),
-                    (7, 32, team(3, 1), false, false, true, 5000),
-                    (7, 32, team(3, 1), true, false, true, 0),
-                    (300, 5, team(8, 32), true, true, true, 2),
-                    (300, 5, team(8, 32), true, false, false, default_extend),
+                for (chunk, walk, stitch, reuse, chain, clusters) in [
+                    (foxhunt_memory::CHUNK_BARS, 8, None, true, false, true),
+                    (foxhunt_memory::CHUNK_BARS, 8, None, false, false, false),
+                    (1, 1, team(1, 32), true, true, true),
+                    (7, 32, team(3, 1), false, false, true),
+                    (300, 5, team(8, 32), true, true, true),
+                    (300, 5, team(8, 32), true, false, false),
                     (
                         foxhunt_memory::CHUNK_BARS,
                         2,
@@ -954,7 +949,6 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                         false,
                         false,
                         false,
-                        9,
                     ),
                     (
                         foxhunt_memory::CHUNK_BARS,
@@ -963,10 +957,8 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                         true,
                         false,
                         true,
-                        5000,
                     ),
                 ] {
-                    ev.set_extend_bars(extend);
                     ev.set_chunk_bars(Some(chunk));
                     ev.set_walk_rows(walk);
                     ev.set_stitch(stitch).expect("stitch");
@@ -978,8 +970,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                         want.iter().zip(&got).position(|(a, b)| a != b),
                         None,
                         "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?} \
-                         (clusters {clusters}), first-layer reuse {reuse}, extend {extend} \
-                         decide otherwise"
+                         (clusters {clusters}), first-layer reuse {reuse} decide otherwise"
                     );
                     let judged = ev.judge(&net, split.clone(), cfg.capital).expect("judged");
                     assert_eq!(
@@ -990,7 +981,6 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                     );
                 }
                 ev.set_chunk_bars(None);
-                ev.set_extend_bars(default_extend);
                 ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
                 ev.set_stitch(None).expect("stitch");
                 ev.set_stitch_clusters(true);
@@ -1096,21 +1086,18 @@ fn on_the_gpu_networks_judged_together_equal_each_judged_alone() {
             "differently seeded networks trade differently"
         );
         assert_eq!(alone[0], alone[5]);
-        // Chunk walks carried on past their ends as by default, a few bars (each network's
-        // part of those buffers its own), and not at all.
-        for (stitch, extend) in [
-            (None, foxhunt_memory::EXTEND_BARS),
-            (Some(Stitch { team: 1, rows: 8 }), 3),
-            (Some(Stitch { team: 2, rows: 5 }), 0),
+        for stitch in [
+            None,
+            Some(Stitch { team: 1, rows: 8 }),
+            Some(Stitch { team: 2, rows: 5 }),
         ] {
             ev.set_stitch(stitch).expect("stitch");
-            ev.set_extend_bars(extend);
             for k in [1, 2, nets.len()] {
                 let together = ev.targets_all(&nets[..k], split.clone()).expect("together");
                 assert_eq!(
                     together,
                     alone_targets[..k],
-                    "{split:?} {stitch:?} extend {extend}: {k} networks' decisions"
+                    "{split:?} {stitch:?}: {k} networks' decisions"
                 );
                 let judged = ev
                     .judge_all(&nets[..k], split.clone(), capital)
@@ -1119,13 +1106,12 @@ fn on_the_gpu_networks_judged_together_equal_each_judged_alone() {
                 assert_eq!(
                     judged,
                     alone[..k],
-                    "{split:?} {stitch:?} extend {extend}: {k} networks' metrics"
+                    "{split:?} {stitch:?}: {k} networks' metrics"
                 );
                 compared += 1;
             }
         }
         ev.set_stitch(None).expect("stitch");
-        ev.set_extend_bars(foxhunt_memory::EXTEND_BARS);
         // Enough networks that the evaluator's own chunks are longer (foxhunt-memory's
         // chunk_bars_for): the same decisions and metrics as each alone.
         let sms = ctx.sm_count().expect("multiprocessors") as usize;
