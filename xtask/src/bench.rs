@@ -842,8 +842,6 @@ pub struct DeviceVariants {
     pub book_blocks: Vec<String>,
     /// `on` or `off`: stitch teams as thread-block clusters.
     pub stitch_clusters: Vec<String>,
-    /// `auto` or 32 to 1024: threads of a stitch team of one block.
-    pub lone_threads: Vec<String>,
     /// Networks judged together (a population's validations), timed beside as many judged one
     /// after another.
     pub members: Vec<usize>,
@@ -1027,19 +1025,6 @@ fn device_eval(
         foxhunt_memory::BOOK_BLOCKS,
     )?;
     let clusters = switches(&variants.stitch_clusters, "--stitch-clusters", "on", "off")?;
-    let lones = variants
-        .lone_threads
-        .iter()
-        .map(|v| match v.as_str() {
-            "auto" => Ok(None),
-            _ => match v.parse::<u32>() {
-                Ok(t) if (32..=1024).contains(&t) && t % 32 == 0 => Ok(Some(t)),
-                _ => anyhow::bail!(
-                    "--lone-threads {v}: expected auto or 32 to 1024, a multiple of 32"
-                ),
-            },
-        })
-        .collect::<Result<Vec<_>>>()?;
     let stitches = variants
         .stitch
         .iter()
@@ -1092,23 +1077,16 @@ fn device_eval(
         .flat_map(|cswf| book_warps.iter().map(move |b| (cswf, b)))
         .flat_map(|cswfb| book_blocks.iter().map(move |t| (cswfb, t)))
         .flat_map(|cswfbt| clusters.iter().map(move |c| (cswfbt, c)))
-        .flat_map(|cswfbtc| lones.iter().map(move |l| (cswfbtc, l)))
         .map(
-            |(
-                ((((((&chunk, (label, team)), &walk), &reuse), &book), &total), &clustered),
-                &lone,
-            )| {
-                Variant {
-                    chunk: (chunk > 0).then_some(chunk),
-                    label: label.clone(),
-                    team: *team,
-                    walk,
-                    reuse,
-                    book,
-                    total,
-                    clustered,
-                    lone,
-                }
+            |((((((&chunk, (label, team)), &walk), &reuse), &book), &total), &clustered)| Variant {
+                chunk: Some(chunk),
+                label: label.clone(),
+                team: *team,
+                walk,
+                reuse,
+                book,
+                total,
+                clustered,
             },
         )
         .collect();
@@ -1117,7 +1095,6 @@ fn device_eval(
         let book = v.book.map_or_else(|| "auto".into(), |w| w.to_string());
         let total = v.total.map_or_else(|| "auto".into(), |b| b.to_string());
         let clustered = if v.clustered { "on" } else { "off" };
-        let lone = v.lone_label();
         v.set(&mut ev)?;
         let first = if reuse { "reuse" } else { "full" };
         let targets = ev.targets(&net, split.clone())?;
@@ -1149,7 +1126,7 @@ fn device_eval(
             Ok(())
         })?;
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, book blocks {total:>4}, clusters {clustered:>3}, lone threads {lone:>4}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, book blocks {total:>4}, clusters {clustered:>3}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
         );
     }
     Variant::default().set(&mut ev)?;
@@ -1210,8 +1187,6 @@ struct Variant {
     total: Option<u32>,
     /// Stitch teams as thread-block clusters.
     clustered: bool,
-    /// Threads of a stitch team of one block; `None`: the evaluator's choice.
-    lone: Option<u32>,
 }
 
 #[cfg(feature = "cuda")]
@@ -1227,7 +1202,6 @@ impl Default for Variant {
             book: None,
             total: None,
             clustered: true,
-            lone: None,
         }
     }
 }
@@ -1242,12 +1216,7 @@ impl Variant {
         ev.set_book_warps(self.book);
         ev.set_book_blocks(self.total);
         ev.set_stitch_clusters(self.clustered);
-        ev.set_lone_stitch_threads(self.lone);
         Ok(())
-    }
-    /// A stitch team of one block's threads as printed: `auto` for the evaluator's choice.
-    fn lone_label(&self) -> String {
-        self.lone.map_or_else(|| "auto".into(), |t| t.to_string())
     }
     /// The chunk's bars as printed: `auto` for the evaluator's choice.
     fn chunk_label(&self) -> String {
@@ -1383,11 +1352,10 @@ fn population_eval(
                 .collect::<Result<_>>()?;
             let kernels = kernel_us(ev, reps, &mut |ev| together(ev).map(|_| ()))?;
             println!(
-                "    {k:>3} together, chunks of {:>4} (walk rows {:>2}), stitch {:>5}, lone threads {:>4}: {:>10.1} us; kernels us: {kernels}",
+                "    {k:>3} together, chunks of {:>4} (walk rows {:>2}), stitch {:>5}: {:>10.1} us; kernels us: {kernels}",
                 v.chunk_label(),
                 v.walk,
                 v.label,
-                v.lone_label(),
                 summarize(&mut us).0
             );
         }

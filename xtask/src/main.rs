@@ -103,7 +103,7 @@ enum Bench {
         /// Repetitions (the median is reported).
         #[arg(long, default_value_t = 21)]
         reps: usize,
-        /// Chunk sizes of the device's walk to time side by side (cuda; 0: the evaluator's choice).
+        /// Chunk sizes of the device's walk to time side by side (cuda).
         #[arg(long, value_delimiter = ',', default_value = "64")]
         chunks: Vec<usize>,
         /// Stitch teams to time side by side (cuda): `auto`, or BLOCKS:ROWS (blocks that
@@ -130,11 +130,6 @@ enum Bench {
         /// (cuda): `on` (the evaluator's default) or `off` (a barrier in global memory).
         #[arg(long, value_delimiter = ',', default_value = "on")]
         stitch_clusters: Vec<String>,
-        /// Threads of a stitch team of one block, side by side (cuda): `auto` (the evaluator's
-        /// choice: small blocks where the teams outnumber the full blocks the device holds)
-        /// or 32 to 1024, a multiple of 32.
-        #[arg(long, value_delimiter = ',', default_value = "auto")]
-        lone_threads: Vec<String>,
         /// Networks judged together, side by side with as many one after another (cuda; a
         /// population's validations), e.g. 1,4,16,64.
         #[arg(long, value_delimiter = ',')]
@@ -269,7 +264,6 @@ fn main() -> Result<()> {
                     book_warps,
                     book_blocks,
                     stitch_clusters,
-                    lone_threads,
                     members,
                 },
         } => bench::eval(
@@ -284,7 +278,6 @@ fn main() -> Result<()> {
                 book_warps,
                 book_blocks,
                 stitch_clusters,
-                lone_threads,
                 members,
             },
         ),

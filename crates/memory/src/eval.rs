@@ -122,12 +122,6 @@ const WALK_THREADS: u32 = 128;
 pub const WALK_ROWS: u32 = 8;
 /// Threads of the stitch's blocks (eval_stitch).
 const STITCH_THREADS: u32 = 1024;
-/// Threads of a stitch team of one block where the teams outnumber what the device holds of
-/// STITCH_THREADS blocks at once (a population's validations), by default. Smaller blocks
-/// reading the parameters through the first-level cache, as the chunk walks do, would follow
-/// many sessions at once instead of in waves of one block a multiprocessor; measured slower at
-/// 64, 128 and 256 threads (their rounds decide 8 bars, a full block's 32), so full blocks.
-pub const LONE_STITCH_THREADS: u32 = STITCH_THREADS;
 /// Blocks of a stitch team at most, and the bars a team's round decides at most (eval.cu's
 /// EVAL_ROUND_ROWS).
 const TEAM_MAX: u32 = 16;
@@ -251,9 +245,6 @@ pub struct DeviceEvaluator<'a> {
     stitch: Option<Stitch>,
     /// Rows a chunk walk decides a round at most.
     walk_rows: u32,
-    /// Threads of a stitch team of one block, where set (measuring); else
-    /// [`LONE_STITCH_THREADS`] where the teams outnumber the device's resident full blocks.
-    lone_threads: Option<u32>,
     book: BookBuffers,
     /// The first row of every session of the window.
     session_rows: Vec<usize>,
@@ -506,7 +497,6 @@ impl<'a> DeviceEvaluator<'a> {
             team_bar: ctx.alloc(0)?,
             stitch: None,
             walk_rows: WALK_ROWS,
-            lone_threads: None,
             book: BookBuffers::new(&ctx)?,
             window: arena.buffers(),
             exec: *arena.exec(),
@@ -541,14 +531,6 @@ impl<'a> DeviceEvaluator<'a> {
     /// 32). Every value gives the same decisions.
     pub fn set_walk_rows(&mut self, rows: u32) {
         self.walk_rows = rows.clamp(1, EVAL_WALK_ROWS);
-    }
-
-    /// Threads of a stitch team of one block (for measuring and tests; `None`: the default,
-    /// [`LONE_STITCH_THREADS`] where the teams outnumber the blocks of STITCH_THREADS the
-    /// device holds at once, else those; 32 to 1024, a multiple of 32). Every value gives the
-    /// same decisions.
-    pub fn set_lone_stitch_threads(&mut self, threads: Option<u32>) {
-        self.lone_threads = threads.map(|t| t.clamp(32, STITCH_THREADS) / 32 * 32);
     }
 
     /// Whether the walks in a position take the first hidden layer's sums from the flat pass
@@ -1056,23 +1038,7 @@ impl<'a> DeviceEvaluator<'a> {
         team.rows = team.rows.min(full.rows);
         let ls = self.block_layout(net, STITCH_THREADS, Some(team.rows), true)?;
         if team.team == 1 {
-            // Teams of one: where more of them than the device holds would run in waves,
-            // small blocks (each a chunk walk's rows a round, the parameters read through the
-            // first-level cache, shared there by the multiprocessor's blocks) follow them all
-            // at once.
-            let threads = self
-                .lone_threads
-                .unwrap_or(if sessions * rows > resident(&ls)? {
-                    LONE_STITCH_THREADS
-                } else {
-                    STITCH_THREADS
-                });
-            if threads == STITCH_THREADS {
-                return Ok((team, ls, sessions, false));
-            }
-            team.rows = team.rows.min(self.walk_rows);
-            let small = self.block_layout(net, threads, Some(team.rows), false)?;
-            return Ok((team, small, sessions, false));
+            return Ok((team, ls, sessions, false));
         }
         let teams = (resident(&ls)? / rows / team.team).min(sessions);
         if teams == 0 {

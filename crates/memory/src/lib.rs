@@ -55,8 +55,8 @@ pub use epoch::{
 pub use error::MemoryError;
 #[cfg(feature = "cuda")]
 pub use eval::{
-    BOOK_BLOCKS, BOOK_WARPS, CHUNK_BARS, DeviceBook, DeviceEvaluator, LONE_STITCH_THREADS,
-    NetOnDevice, Stitch, WALK_ROWS, chunk_bars_for, unsupported_env,
+    BOOK_BLOCKS, BOOK_WARPS, CHUNK_BARS, DeviceBook, DeviceEvaluator, NetOnDevice, Stitch,
+    WALK_ROWS, chunk_bars_for, unsupported_env,
 };
 #[cfg(feature = "cuda")]
 pub use gpu_env::GpuVecEnv;

@@ -932,28 +932,16 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 // chunks the walk is cut into and the rows its rounds take, the stitch's teams
                 // (one block, or several deciding 1 to 32 bars each a round), whether the walks
                 // start from the flat pass's first-layer sums or sum every input again,
-                // however the equity is summed, whether a team meets at a thread-block
-                // cluster's barrier (where the device runs its teams so) or in global memory,
-                // and how many threads a team of one block has (the parameters then in shared
-                // memory, or read through the cache by a small block).
+                // however the equity is summed, and whether a team meets at a thread-block
+                // cluster's barrier (where the device runs its teams so) or in global memory.
                 let team = |team, rows| Some(foxhunt_memory::Stitch { team, rows });
-                for (chunk, walk, stitch, reuse, chain, clusters, lone) in [
-                    (foxhunt_memory::CHUNK_BARS, 8, None, true, false, true, None),
-                    (
-                        foxhunt_memory::CHUNK_BARS,
-                        8,
-                        None,
-                        false,
-                        false,
-                        false,
-                        None,
-                    ),
-                    (1, 1, team(1, 32), true, true, true, Some(1024)),
-                    (1, 3, team(1, 32), true, false, true, Some(128)),
-                    (7, 32, team(1, 8), false, false, true, Some(64)),
-                    (7, 32, team(3, 1), false, false, true, None),
-                    (300, 5, team(8, 32), true, true, true, None),
-                    (300, 5, team(8, 32), true, false, false, None),
+                for (chunk, walk, stitch, reuse, chain, clusters) in [
+                    (foxhunt_memory::CHUNK_BARS, 8, None, true, false, true),
+                    (foxhunt_memory::CHUNK_BARS, 8, None, false, false, false),
+                    (1, 1, team(1, 32), true, true, true),
+                    (7, 32, team(3, 1), false, false, true),
+                    (300, 5, team(8, 32), true, true, true),
+                    (300, 5, team(8, 32), true, false, false),
                     (
                         foxhunt_memory::CHUNK_BARS,
                         2,
@@ -961,7 +949,6 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                         false,
                         false,
                         false,
-                        None,
                     ),
                     (
                         foxhunt_memory::CHUNK_BARS,
@@ -970,10 +957,8 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                         true,
                         false,
                         true,
-                        None,
                     ),
                 ] {
-                    ev.set_lone_stitch_threads(lone);
                     ev.set_chunk_bars(Some(chunk));
                     ev.set_walk_rows(walk);
                     ev.set_stitch(stitch).expect("stitch");
@@ -985,8 +970,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                         want.iter().zip(&got).position(|(a, b)| a != b),
                         None,
                         "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?} \
-                         (clusters {clusters}, lone threads {lone:?}), first-layer reuse \
-                         {reuse} decide otherwise"
+                         (clusters {clusters}), first-layer reuse {reuse} decide otherwise"
                     );
                     let judged = ev.judge(&net, split.clone(), cfg.capital).expect("judged");
                     assert_eq!(
@@ -997,7 +981,6 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                     );
                 }
                 ev.set_chunk_bars(None);
-                ev.set_lone_stitch_threads(None);
                 ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
                 ev.set_stitch(None).expect("stitch");
                 ev.set_stitch_clusters(true);
@@ -1103,16 +1086,12 @@ fn on_the_gpu_networks_judged_together_equal_each_judged_alone() {
             "differently seeded networks trade differently"
         );
         assert_eq!(alone[0], alone[5]);
-        // Teams of one block as the evaluator chooses, and set small (the parameters read
-        // through the cache, each network's its own).
-        for (stitch, lone) in [
-            (None, None),
-            (Some(Stitch { team: 1, rows: 8 }), None),
-            (Some(Stitch { team: 1, rows: 8 }), Some(96)),
-            (Some(Stitch { team: 2, rows: 5 }), None),
+        for stitch in [
+            None,
+            Some(Stitch { team: 1, rows: 8 }),
+            Some(Stitch { team: 2, rows: 5 }),
         ] {
             ev.set_stitch(stitch).expect("stitch");
-            ev.set_lone_stitch_threads(lone);
             for k in [1, 2, nets.len()] {
                 let together = ev.targets_all(&nets[..k], split.clone()).expect("together");
                 assert_eq!(
@@ -1133,7 +1112,6 @@ fn on_the_gpu_networks_judged_together_equal_each_judged_alone() {
             }
         }
         ev.set_stitch(None).expect("stitch");
-        ev.set_lone_stitch_threads(None);
         // Enough networks that the evaluator's own chunks are longer (foxhunt-memory's
         // chunk_bars_for): the same decisions and metrics as each alone.
         let sms = ctx.sm_count().expect("multiprocessors") as usize;
@@ -1170,7 +1148,7 @@ fn on_the_gpu_networks_judged_together_equal_each_judged_alone() {
             alone[1]
         );
     }
-    assert_eq!(compared, 24);
+    assert_eq!(compared, 18);
     // Networks of different shapes cannot share an evaluation.
     let other = agent_cfg(9, vec![48]);
     let (other_words, other_width) = layout_words(&other);
