@@ -520,7 +520,7 @@ pub struct TrainArgs {
 /// (`foxhunt train` and `foxhunt resume` share them).
 #[derive(Debug, Clone, Default, Args)]
 pub struct ExecArgs {
-    /// Stop after this many epochs (state written; --resume continues).
+    /// Stop after this many epochs (the state written; `foxhunt resume DIR` continues the run).
     #[arg(long)]
     pub stop_after_epochs: Option<usize>,
     /// No progress bars even on a terminal.
@@ -689,28 +689,28 @@ impl Recorded {
             );
         }
         let v: serde_json::Value = foxhunt_trainer::report::read_json(&path)?;
-        let part = |key: &str| -> Result<&serde_json::Value> {
-            key.split('.')
-                .try_fold(&v, |v, k| v.get(k))
-                .with_context(|| format!("{}: no `{key}`", path.display()))
-        };
-        let model = part("source.model")?;
+        /// The value at a dotted key of `v`, read back as what it records.
+        fn read<T: serde::de::DeserializeOwned>(
+            v: &serde_json::Value,
+            path: &Path,
+            key: &str,
+        ) -> Result<T> {
+            let at = key
+                .split('.')
+                .try_fold(v, |v, k| v.get(k))
+                .with_context(|| format!("{}: no `{key}`", path.display()))?;
+            serde_json::from_value(at.clone())
+                .with_context(|| format!("{}: `{key}` cannot be read back", path.display()))
+        }
+        let model: serde_json::Value = read(&v, &path, "source.model")?;
         if model != "dqn" {
             bail!("{}: source.model is {model}, not \"dqn\"", path.display());
         }
-        fn take<T: serde::de::DeserializeOwned>(
-            path: &Path,
-            key: &str,
-            v: &serde_json::Value,
-        ) -> Result<T> {
-            serde_json::from_value(v.clone())
-                .with_context(|| format!("{}: `{key}` cannot be read back", path.display()))
-        }
         Ok(Self {
-            loader: take(&path, "source.loader", part("source.loader")?)?,
-            specs: take(&path, "source.specs", part("source.specs")?)?,
-            windows: take(&path, "windows", part("windows")?)?,
-            cfg: take(&path, "train", part("train")?)?,
+            loader: read(&v, &path, "source.loader")?,
+            specs: read(&v, &path, "source.specs")?,
+            windows: read(&v, &path, "windows")?,
+            cfg: read(&v, &path, "train")?,
         })
     }
 
