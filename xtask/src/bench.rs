@@ -834,6 +834,8 @@ pub struct DeviceVariants {
     pub stitch: Vec<String>,
     /// Most bars a chunk walk decides a round.
     pub walk_rows: Vec<u32>,
+    /// Threads of a chunk walk's block.
+    pub walk_threads: Vec<u32>,
     /// `reuse` or `full`: how a walk in a position gets its first hidden layer.
     pub first_layer: Vec<String>,
     /// `auto` or 1 to 8: warps booking a session.
@@ -1073,16 +1075,22 @@ fn device_eval(
         .iter()
         .flat_map(|c| stitches.iter().map(move |s| (c, s)))
         .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
+        .flat_map(|csw| variants.walk_threads.iter().map(move |t| (csw, t)))
+        .map(|((cs, w), t)| (cs, (w, t)))
         .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
         .flat_map(|cswf| book_warps.iter().map(move |b| (cswf, b)))
         .flat_map(|cswfb| book_blocks.iter().map(move |t| (cswfb, t)))
         .flat_map(|cswfbt| clusters.iter().map(move |c| (cswfbt, c)))
         .map(
-            |((((((&chunk, (label, team)), &walk), &reuse), &book), &total), &clustered)| Variant {
+            |(
+                (((((&chunk, (label, team)), (&walk, &threads)), &reuse), &book), &total),
+                &clustered,
+            )| Variant {
                 chunk: Some(chunk),
                 label: label.clone(),
                 team: *team,
                 walk,
+                threads,
                 reuse,
                 book,
                 total,
@@ -1092,6 +1100,7 @@ fn device_eval(
         .collect();
     for v in &combos {
         let (chunk, label, walk, reuse) = (v.chunk_label(), &v.label, v.walk, v.reuse);
+        let threads = v.threads;
         let book = v.book.map_or_else(|| "auto".into(), |w| w.to_string());
         let total = v.total.map_or_else(|| "auto".into(), |b| b.to_string());
         let clustered = if v.clustered { "on" } else { "off" };
@@ -1126,7 +1135,7 @@ fn device_eval(
             Ok(())
         })?;
         println!(
-            "  device, chunks of {chunk:>4} (walk rows {walk:>2}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, book blocks {total:>4}, clusters {clustered:>3}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
+            "  device, chunks of {chunk:>4} (walk rows {walk:>2}, threads {threads:>4}), stitch {label:>5}, first layer {first:>5}, book warps {book:>4}, book blocks {total:>4}, clusters {clustered:>3}: decide {decide:>9.1} us, judge {judge:>9.1} us, judge (chain) {chain:>9.1} us, decide + host booking {host_book:>9.1} us; kernels us: {kernels}"
         );
     }
     Variant::default().set(&mut ev)?;
@@ -1180,6 +1189,8 @@ struct Variant {
     label: String,
     team: Option<foxhunt_memory::Stitch>,
     walk: u32,
+    /// Threads of a chunk walk's block.
+    threads: u32,
     reuse: bool,
     /// Warps booking a session; `None`: the evaluator's choice.
     book: Option<u32>,
@@ -1198,6 +1209,7 @@ impl Default for Variant {
             label: "auto".into(),
             team: None,
             walk: foxhunt_memory::WALK_ROWS,
+            threads: foxhunt_memory::WALK_THREADS,
             reuse: true,
             book: None,
             total: None,
@@ -1212,6 +1224,7 @@ impl Variant {
         ev.set_chunk_bars(self.chunk);
         ev.set_stitch(self.team)?;
         ev.set_walk_rows(self.walk);
+        ev.set_walk_threads(self.threads);
         ev.set_first_layer_reuse(self.reuse);
         ev.set_book_warps(self.book);
         ev.set_book_blocks(self.total);
@@ -1352,9 +1365,10 @@ fn population_eval(
                 .collect::<Result<_>>()?;
             let kernels = kernel_us(ev, reps, &mut |ev| together(ev).map(|_| ()))?;
             println!(
-                "    {k:>3} together, chunks of {:>4} (walk rows {:>2}), stitch {:>5}: {:>10.1} us; kernels us: {kernels}",
+                "    {k:>3} together, chunks of {:>4} (walk rows {:>2}, threads {:>4}), stitch {:>5}: {:>10.1} us; kernels us: {kernels}",
                 v.chunk_label(),
                 v.walk,
+                v.threads,
                 v.label,
                 summarize(&mut us).0
             );

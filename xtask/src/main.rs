@@ -113,6 +113,10 @@ enum Bench {
         /// Most bars a chunk walk decides a round, side by side (cuda).
         #[arg(long, value_delimiter = ',', default_value = "8")]
         walk_rows: Vec<u32>,
+        /// Threads of a chunk walk's block, side by side (cuda; 32 to 1,024, a multiple of
+        /// 32).
+        #[arg(long, value_delimiter = ',', default_value = "128")]
+        walk_threads: Vec<u32>,
         /// How the walks get a position's first hidden layer, side by side (cuda): `reuse` (the
         /// flat pass's sums of the bar plus the state's two inputs) or `full` (every input
         /// summed again).
@@ -260,6 +264,7 @@ fn main() -> Result<()> {
                     chunks,
                     stitch,
                     walk_rows,
+                    walk_threads,
                     first_layer,
                     book_warps,
                     book_blocks,
@@ -274,6 +279,7 @@ fn main() -> Result<()> {
                 chunks,
                 stitch,
                 walk_rows,
+                walk_threads,
                 first_layer,
                 book_warps,
                 book_blocks,

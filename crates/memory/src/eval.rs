@@ -114,9 +114,11 @@ pub fn chunk_bars_for(networks: usize, bars: usize, sms: usize) -> usize {
         .div_ceil(CHUNKS_PER_SM * sms.max(1))
         .clamp(CHUNK_BARS, MAX_CHUNK_BARS)
 }
-/// Threads of a chunk walk's block (eval_chunks): small, so that every chunk's block is resident
-/// at once.
-const WALK_THREADS: u32 = 128;
+/// Threads of a chunk walk's block (eval_chunks), by default: small, so that every chunk's
+/// block is resident at once. Wider blocks shorten a long round but fit fewer walks: 256
+/// judged one network's month 1.3% faster and 64 networks' 12-24% slower on an H100
+/// (docs/PERFORMANCE.md, 2026-12-06).
+pub const WALK_THREADS: u32 = 128;
 /// Bars a chunk walk decides a round in a position at most, by default (from a quarter of them
 /// in a hold's first round, doubling while the position is held through a round).
 pub const WALK_ROWS: u32 = 8;
@@ -245,6 +247,8 @@ pub struct DeviceEvaluator<'a> {
     stitch: Option<Stitch>,
     /// Rows a chunk walk decides a round at most.
     walk_rows: u32,
+    /// Threads of a chunk walk's block.
+    walk_threads: u32,
     book: BookBuffers,
     /// The first row of every session of the window.
     session_rows: Vec<usize>,
@@ -497,6 +501,7 @@ impl<'a> DeviceEvaluator<'a> {
             team_bar: ctx.alloc(0)?,
             stitch: None,
             walk_rows: WALK_ROWS,
+            walk_threads: WALK_THREADS,
             book: BookBuffers::new(&ctx)?,
             window: arena.buffers(),
             exec: *arena.exec(),
@@ -531,6 +536,12 @@ impl<'a> DeviceEvaluator<'a> {
     /// 32). Every value gives the same decisions.
     pub fn set_walk_rows(&mut self, rows: u32) {
         self.walk_rows = rows.clamp(1, EVAL_WALK_ROWS);
+    }
+
+    /// Threads of a chunk walk's block (for measuring and tests; [`WALK_THREADS`] by default;
+    /// 32 to 1,024, a multiple of 32). Every value gives the same decisions.
+    pub fn set_walk_threads(&mut self, threads: u32) {
+        self.walk_threads = threads.clamp(32, 1024) / 32 * 32;
     }
 
     /// Whether the walks in a position take the first hidden layer's sums from the flat pass
@@ -919,7 +930,7 @@ impl<'a> DeviceEvaluator<'a> {
         }
 
         // The chunks' walks, a small block each: all resident at once (they wait on latency).
-        let lc = self.block_layout(net, WALK_THREADS, Some(self.walk_rows), false)?;
+        let lc = self.block_layout(net, self.walk_threads, Some(self.walk_rows), false)?;
         let walk_first = first_rows(lc.rows, Walk::Chunk);
         let l = walk_params(
             self.ctx.launch(&self.k.chunks),

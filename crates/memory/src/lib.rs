@@ -56,7 +56,7 @@ pub use error::MemoryError;
 #[cfg(feature = "cuda")]
 pub use eval::{
     BOOK_BLOCKS, BOOK_WARPS, CHUNK_BARS, DeviceBook, DeviceEvaluator, NetOnDevice, Stitch,
-    WALK_ROWS, chunk_bars_for, unsupported_env,
+    WALK_ROWS, WALK_THREADS, chunk_bars_for, unsupported_env,
 };
 #[cfg(feature = "cuda")]
 pub use gpu_env::GpuVecEnv;

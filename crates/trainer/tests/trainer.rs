@@ -932,10 +932,12 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 // chunks the walk is cut into and the rows its rounds take, the stitch's teams
                 // (one block, or several deciding 1 to 32 bars each a round), whether the walks
                 // start from the flat pass's first-layer sums or sum every input again,
-                // however the equity is summed, and whether a team meets at a thread-block
-                // cluster's barrier (where the device runs its teams so) or in global memory.
+                // however the equity is summed, whether a team meets at a thread-block
+                // cluster's barrier (where the device runs its teams so) or in global memory,
+                // and however many threads a chunk walk's block has.
                 let team = |team, rows| Some(foxhunt_memory::Stitch { team, rows });
-                for (chunk, walk, stitch, reuse, chain, clusters) in [
+                let threads = foxhunt_memory::WALK_THREADS;
+                for ((chunk, walk, stitch, reuse, chain, clusters), walk_threads) in [
                     (foxhunt_memory::CHUNK_BARS, 8, None, true, false, true),
                     (foxhunt_memory::CHUNK_BARS, 8, None, false, false, false),
                     (1, 1, team(1, 32), true, true, true),
@@ -958,9 +960,13 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                         false,
                         true,
                     ),
-                ] {
+                ]
+                .into_iter()
+                .zip([threads, 256, 32, 1024, 64, 512, 96, threads])
+                {
                     ev.set_chunk_bars(Some(chunk));
                     ev.set_walk_rows(walk);
+                    ev.set_walk_threads(walk_threads);
                     ev.set_stitch(stitch).expect("stitch");
                     ev.set_stitch_clusters(clusters);
                     ev.set_first_layer_reuse(reuse);
@@ -969,8 +975,9 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                     assert_eq!(
                         want.iter().zip(&got).position(|(a, b)| a != b),
                         None,
-                        "{name} {split:?}: chunks of {chunk} ({walk} rows), stitch {stitch:?} \
-                         (clusters {clusters}), first-layer reuse {reuse} decide otherwise"
+                        "{name} {split:?}: chunks of {chunk} ({walk} rows, {walk_threads} \
+                         threads), stitch {stitch:?} (clusters {clusters}), first-layer reuse \
+                         {reuse} decide otherwise"
                     );
                     let judged = ev.judge(&net, split.clone(), cfg.capital).expect("judged");
                     assert_eq!(
@@ -982,6 +989,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 }
                 ev.set_chunk_bars(None);
                 ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
+                ev.set_walk_threads(threads);
                 ev.set_stitch(None).expect("stitch");
                 ev.set_stitch_clusters(true);
                 ev.set_first_layer_reuse(true);
