@@ -1027,6 +1027,13 @@ fn device_eval(
         foxhunt_memory::BOOK_BLOCKS,
     )?;
     let clusters = switches(&variants.stitch_clusters, "--stitch-clusters", "on", "off")?;
+    if let Some(t) = variants
+        .walk_threads
+        .iter()
+        .find(|&&t| !(32..=1024).contains(&t) || t % 32 != 0)
+    {
+        anyhow::bail!("--walk-threads {t}: expected 32 to 1024, a multiple of 32");
+    }
     let stitches = variants
         .stitch
         .iter()
