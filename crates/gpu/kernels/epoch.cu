@@ -210,13 +210,48 @@ __device__ __forceinline__ u32 tile_groups(u32 width, u32 rows) {
     default: F<MAX_CHUNK>(__VA_ARGS__); break;                  \
     }
 
-// Every sum of a tile completed over the SPLIT lanes that hold its parts.
+// Every sum of a tile completed on the lane of the SPLIT that writes it (tile row j's on the
+// lane of part j % SPLIT), as a reduce-scatter: at lanes 8 apart each lane keeps the rows of
+// its part's low bit and sends the others, at lanes 16 apart the rows of its high bit, so a
+// row's sum is (own + lane ^ 8's) + (lane ^ 16's + lane ^ 24's), sum_split's order, in a third
+// of its shuffles. Afterwards tile row j + part (j a multiple of 4) is in acc[j]: see
+// tile_row. One row: sum_split on every lane.
 template <int R> __device__ __forceinline__ void tile_finish(float (&acc)[R][4]) {
+    const u32 part = (threadIdx.x % 32) / 8;
+    if constexpr (R == 1) {
 #pragma unroll
-    for (int j = 0; j < R; ++j)
+        for (int c = 0; c < 4; ++c) acc[0][c] = sum_split(acc[0][c]);
+    } else {
+        const bool b0 = part & 1, b1 = part & 2;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[j][c] = sum_split(acc[j][c]);
+        for (int j = 0; j + 1 < R; j += 2)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const float send = b0 ? acc[j][c] : acc[j + 1][c];
+                const float keep = b0 ? acc[j + 1][c] : acc[j][c];
+                acc[j][c] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+            }
+        if constexpr (R == 2) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                acc[0][c] += __shfl_xor_sync(0xffffffffu, acc[0][c], 16);
+        } else {
+#pragma unroll
+            for (int j = 0; j + 2 < R; j += 4)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float send = b1 ? acc[j][c] : acc[j + 2][c];
+                    const float keep = b1 ? acc[j + 2][c] : acc[j][c];
+                    acc[j][c] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+                }
+        }
+    }
 }
+
+// The slots of a finished tile that hold sums (every 4th from 0; the first alone for 1 or 2
+// rows), and the tile row slot j holds on this lane (tile_finish).
+#define TILE_SLOT_STEP(R) ((R) >= 4 ? 4 : (R))
+__device__ __forceinline__ u32 tile_row(int j) { return (u32)j + (threadIdx.x % 32) / 8; }
 
 
 // y = x w + b as dense_r, for d_in and d_out multiples of 4 and 16-byte aligned x, y and w. A
@@ -256,9 +291,9 @@ __device__ __forceinline__ void dense_tile_r(const float* w, const float* b, u32
         if (o < D) {
             const float4 bv = *(const float4*)(b + o);
 #pragma unroll
-            for (int j = 0; j < R; ++j) {
-                const u32 r = grp + (u32)j * groups;
-                if (r < rows && (u32)j % SPLIT == part)
+            for (int j = 0; j < R; j += TILE_SLOT_STEP(R)) {
+                const u32 jj = tile_row(j), r = grp + jj * groups;
+                if (jj < (u32)R && r < rows)
                     *(float4*)(y + (u64)r * D + o) = make_float4(
                         acc[j][0] + bv.x, acc[j][1] + bv.y, acc[j][2] + bv.z, acc[j][3] + bv.w);
             }
@@ -563,9 +598,9 @@ __device__ __forceinline__ void dense_input_grads_tile_r(const float* w, u32 n, 
         tile_finish<R>(acc);
         if (i < n) {
 #pragma unroll
-            for (int j = 0; j < R; ++j) {
-                const u32 r = grp + (u32)j * groups;
-                if (r < rows && (u32)j % SPLIT == part) {
+            for (int j = 0; j < R; j += TILE_SLOT_STEP(R)) {
+                const u32 jj = tile_row(j), r = grp + jj * groups;
+                if (jj < (u32)R && r < rows) {
                     float4* t = (float4*)(dx + (u64)r * n + i);
                     float4 v = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
                     if (accumulate) {
