@@ -210,6 +210,21 @@ __device__ __forceinline__ u32 tile_groups(u32 width, u32 rows) {
     default: F<MAX_CHUNK>(__VA_ARGS__); break;                  \
     }
 
+// One level of tile_finish: of each pair of slots (j, j + gap), j a multiple of 2 gap, the lane
+// keeps the one `bit` selects, sends the other to the lane `mask` apart, and adds the one it
+// receives (its partner's of the kept row) into slot j.
+template <int R>
+__device__ __forceinline__ void keep_half(float (&acc)[R][4], int gap, bool bit, u32 mask) {
+#pragma unroll
+    for (int j = 0; j + gap < R; j += 2 * gap)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const float send = bit ? acc[j][c] : acc[j + gap][c];
+            const float keep = bit ? acc[j + gap][c] : acc[j][c];
+            acc[j][c] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+        }
+}
+
 // Every sum of a tile completed on the lane of the SPLIT that writes it (tile row j's on the
 // lane of part j % SPLIT), as a reduce-scatter: at lanes 8 apart each lane keeps the rows of
 // its part's low bit and sends the others, at lanes 16 apart the rows of its high bit, so a
@@ -222,28 +237,14 @@ template <int R> __device__ __forceinline__ void tile_finish(float (&acc)[R][4])
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[0][c] = sum_split(acc[0][c]);
     } else {
-        const bool b0 = part & 1, b1 = part & 2;
-#pragma unroll
-        for (int j = 0; j + 1 < R; j += 2)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const float send = b0 ? acc[j][c] : acc[j + 1][c];
-                const float keep = b0 ? acc[j + 1][c] : acc[j][c];
-                acc[j][c] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-            }
+        keep_half<R>(acc, 1, part & 1, 8);
         if constexpr (R == 2) {
+            // Parts 2 and 3 write nothing: theirs is sent whole.
 #pragma unroll
             for (int c = 0; c < 4; ++c)
                 acc[0][c] += __shfl_xor_sync(0xffffffffu, acc[0][c], 16);
         } else {
-#pragma unroll
-            for (int j = 0; j + 2 < R; j += 4)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float send = b1 ? acc[j][c] : acc[j + 2][c];
-                    const float keep = b1 ? acc[j + 2][c] : acc[j][c];
-                    acc[j][c] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-                }
+            keep_half<R>(acc, 2, part & 2, 16);
         }
     }
 }
