@@ -1027,13 +1027,6 @@ fn device_eval(
         foxhunt_memory::BOOK_BLOCKS,
     )?;
     let clusters = switches(&variants.stitch_clusters, "--stitch-clusters", "on", "off")?;
-    if let Some(t) = variants
-        .walk_threads
-        .iter()
-        .find(|&&t| !(32..=1024).contains(&t) || t % 32 != 0)
-    {
-        anyhow::bail!("--walk-threads {t}: expected 32 to 1024, a multiple of 32");
-    }
     let stitches = variants
         .stitch
         .iter()
@@ -1081,9 +1074,12 @@ fn device_eval(
         .chunks
         .iter()
         .flat_map(|c| stitches.iter().map(move |s| (c, s)))
-        .flat_map(|cs| variants.walk_rows.iter().map(move |w| (cs, w)))
-        .flat_map(|csw| variants.walk_threads.iter().map(move |t| (csw, t)))
-        .map(|((cs, w), t)| (cs, (w, t)))
+        .flat_map(|cs| {
+            variants
+                .walk_rows
+                .iter()
+                .flat_map(move |w| variants.walk_threads.iter().map(move |t| (cs, (w, t))))
+        })
         .flat_map(|csw| firsts.iter().map(move |f| (csw, f)))
         .flat_map(|cswf| book_warps.iter().map(move |b| (cswf, b)))
         .flat_map(|cswfb| book_blocks.iter().map(move |t| (cswfb, t)))
@@ -1231,7 +1227,8 @@ impl Variant {
         ev.set_chunk_bars(self.chunk);
         ev.set_stitch(self.team)?;
         ev.set_walk_rows(self.walk);
-        ev.set_walk_threads(self.threads);
+        ev.set_walk_threads(self.threads)
+            .map_err(|e| anyhow::anyhow!("--walk-threads {}: {e}", self.threads))?;
         ev.set_first_layer_reuse(self.reuse);
         ev.set_book_warps(self.book);
         ev.set_book_blocks(self.total);

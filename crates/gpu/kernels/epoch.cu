@@ -157,11 +157,11 @@ __device__ __forceinline__ void dense_r(const float* w, const float* b, u32 d_in
 // The tiled passes below keep a thread's products in registers: a tile of 4 neighbouring
 // columns and R rows, so that each shared-memory load (a float4) feeds 4 or R products. A sum's
 // terms are split into SPLIT contiguous parts taken by the lanes 8 apart of a warp, and the parts
-// are added by a fixed butterfly over those lanes: a sum's order is fixed (the parts' own terms
-// in order, then ((part 0 + part 1) + (part 2 + part 3))), so a launch repeats itself exactly,
-// though it is not the eager engine's order. Products are fused multiply-adds: nothing in this
-// module's learning rule is promised to equal the host bit for bit (the GPU tests hold it to
-// the eager engine and the burn agent within a relative 1e-6).
+// are added over those lanes in a fixed grouping (tile_finish): a sum's order is fixed (the
+// parts' own terms in order, then ((part 0 + part 1) + (part 2 + part 3))), so a launch repeats
+// itself exactly, though it is not the eager engine's order. Products are fused multiply-adds:
+// nothing in this module's learning rule is promised to equal the host bit for bit (the GPU
+// tests hold it to the eager engine and the burn agent within a relative 1e-6).
 #define SPLIT 4
 #define MAC(acc, a, b) acc = __fmaf_rn(a, b, acc)
 

@@ -966,7 +966,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 {
                     ev.set_chunk_bars(Some(chunk));
                     ev.set_walk_rows(walk);
-                    ev.set_walk_threads(walk_threads);
+                    ev.set_walk_threads(walk_threads).expect("walk threads");
                     ev.set_stitch(stitch).expect("stitch");
                     ev.set_stitch_clusters(clusters);
                     ev.set_first_layer_reuse(reuse);
@@ -989,7 +989,7 @@ fn on_the_gpu_greedy_evaluation_decides_exactly_as_the_host() {
                 }
                 ev.set_chunk_bars(None);
                 ev.set_walk_rows(foxhunt_memory::WALK_ROWS);
-                ev.set_walk_threads(threads);
+                ev.set_walk_threads(threads).expect("walk threads");
                 ev.set_stitch(None).expect("stitch");
                 ev.set_stitch_clusters(true);
                 ev.set_first_layer_reuse(true);
