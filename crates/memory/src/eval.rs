@@ -541,7 +541,7 @@ impl<'a> DeviceEvaluator<'a> {
     /// Threads of a chunk walk's block (for measuring and tests; [`WALK_THREADS`] by default;
     /// 32 to 1,024, a multiple of 32, else refused). Every value gives the same decisions.
     pub fn set_walk_threads(&mut self, threads: u32) -> Result<(), MemoryError> {
-        if !(32..=1024).contains(&threads) || threads % 32 != 0 {
+        if !(32..=1024).contains(&threads) || !threads.is_multiple_of(32) {
             return Err(MemoryError::Config(format!(
                 "a chunk walk's block of {threads} threads (32 to 1,024, a multiple of 32)"
             )));
