@@ -382,59 +382,95 @@ struct Pass {
     float* q;
 };
 
-// Forward pass of `rows` inputs x over the network p; `mu` is rows floats of scratch.
-__device__ void forward(const float* p, const u64* lw, int act, const float* x, u32 rows,
-                        const Pass& s, float* mu) {
+// One forward pass of forward_all: `rows` inputs x over the network p into the buffers s; `mu`
+// is rows floats of scratch.
+struct Fwd {
+    const float* p;
+    const float* x;
+    u32 rows;
+    const Pass* s;
+    float* mu;
+};
+
+// The forward passes f[0..n) over networks of one layout, in lockstep: each stage of every pass
+// (a layer's dense pass, its norm, its activation; the head) before the block's barrier, so that
+// the passes share the barriers and a warp done with one pass's tiles goes on to the next's. A
+// pass's sums do not depend on the passes beside it.
+__device__ void forward_all(const u64* lw, int act, const Fwd* f, u32 n) {
     u32 L = (u32)lw[0];
     int use_norm = (int)lw[3];
     for (u32 l = 0; l < L; ++l) {
         Layer d = hidden_layer(lw, l);
         u32 w = d.d_out;
-        dense(p, d, l == 0 ? x : s.a[l - 1], s.h[l], rows);
+        for (u32 q = 0; q < n; ++q)
+            dense(f[q].p, d, l == 0 ? f[q].x : f[q].s->a[l - 1], f[q].s->h[l], f[q].rows);
         __syncthreads();
         if (use_norm) {
-            for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
-                const float* zr = s.h[l] + (u64)r * w;
-                float mean = 0.0f;
-                for (u32 j = 0; j < w; ++j) mean += zr[j];
-                mean /= (float)w;
-                float var = 0.0f;
-                for (u32 j = 0; j < w; ++j) { float dd = zr[j] - mean; var += dd * dd; }
-                var /= (float)w;
-                mu[r] = mean;
-                s.rs[l][r] = 1.0f / sqrtf(var + 1e-5f);
+            for (u32 q = 0; q < n; ++q) {
+                const Pass& s = *f[q].s;
+                for (u32 r = threadIdx.x; r < f[q].rows; r += blockDim.x) {
+                    const float* zr = s.h[l] + (u64)r * w;
+                    float mean = 0.0f;
+                    for (u32 j = 0; j < w; ++j) mean += zr[j];
+                    mean /= (float)w;
+                    float var = 0.0f;
+                    for (u32 j = 0; j < w; ++j) { float dd = zr[j] - mean; var += dd * dd; }
+                    var /= (float)w;
+                    f[q].mu[r] = mean;
+                    s.rs[l][r] = 1.0f / sqrtf(var + 1e-5f);
+                }
             }
             __syncthreads();
-            const float* gamma = p + d.g;
-            const float* beta = p + d.beta;
-            for (u32 k = threadIdx.x; k < rows * w; k += blockDim.x) {
-                u32 r = k / w, j = k % w;
-                float xh = (s.h[l][k] - mu[r]) * s.rs[l][r];
-                s.xh[l][k] = xh;
-                s.h[l][k] = xh * gamma[j] + beta[j];
+            for (u32 q = 0; q < n; ++q) {
+                const Pass& s = *f[q].s;
+                const float* gamma = f[q].p + d.g;
+                const float* beta = f[q].p + d.beta;
+                for (u32 k = threadIdx.x; k < f[q].rows * w; k += blockDim.x) {
+                    u32 r = k / w, j = k % w;
+                    float xh = (s.h[l][k] - f[q].mu[r]) * s.rs[l][r];
+                    s.xh[l][k] = xh;
+                    s.h[l][k] = xh * gamma[j] + beta[j];
+                }
             }
             __syncthreads();
         }
-        for (u32 k = threadIdx.x; k < rows * w; k += blockDim.x) s.a[l][k] = act_f(s.h[l][k], act);
+        for (u32 q = 0; q < n; ++q) {
+            const Pass& s = *f[q].s;
+            for (u32 k = threadIdx.x; k < f[q].rows * w; k += blockDim.x)
+                s.a[l][k] = act_f(s.h[l][k], act);
+        }
         __syncthreads();
     }
-    const float* last = L == 0 ? x : s.a[L - 1];
     Layer hd = head_layer(lw, 0);
     u32 A = hd.d_out;
     int dueling = (int)lw[4];
-    dense(p, hd, last, dueling ? s.head : s.q, rows);
-    if (dueling) dense(p, head_layer(lw, 1), last, s.v, rows);
+    for (u32 q = 0; q < n; ++q) {
+        const Pass& s = *f[q].s;
+        const float* last = L == 0 ? f[q].x : s.a[L - 1];
+        dense(f[q].p, hd, last, dueling ? s.head : s.q, f[q].rows);
+        if (dueling) dense(f[q].p, head_layer(lw, 1), last, s.v, f[q].rows);
+    }
     __syncthreads();
     if (dueling) {
-        for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
-            const float* ar = s.head + (u64)r * A;
-            float mean = 0.0f;
-            for (u32 j = 0; j < A; ++j) mean += ar[j];
-            mean /= (float)A;
-            for (u32 j = 0; j < A; ++j) s.q[(u64)r * A + j] = s.v[r] + ar[j] - mean;
+        for (u32 q = 0; q < n; ++q) {
+            const Pass& s = *f[q].s;
+            for (u32 r = threadIdx.x; r < f[q].rows; r += blockDim.x) {
+                const float* ar = s.head + (u64)r * A;
+                float mean = 0.0f;
+                for (u32 j = 0; j < A; ++j) mean += ar[j];
+                mean /= (float)A;
+                for (u32 j = 0; j < A; ++j) s.q[(u64)r * A + j] = s.v[r] + ar[j] - mean;
+            }
         }
         __syncthreads();
     }
+}
+
+// Forward pass of `rows` inputs x over the network p; `mu` is rows floats of scratch.
+__device__ void forward(const float* p, const u64* lw, int act, const float* x, u32 rows,
+                        const Pass& s, float* mu) {
+    const Fwd f = {p, x, rows, &s, mu};
+    forward_all(lw, act, &f, 1);
 }
 
 // The rows of a chunk that belong to one group of the batch: rows [r0, r1) of the chunk add
@@ -1042,10 +1078,14 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
                 mb.b_obs[(u64)c0 * dim + k] = x[k];
                 mb.b_next_obs[(u64)c0 * dim + k] = nx[k];
             }
-            forward(wo, lw, act, x, double_dqn ? 2 * rows : rows, tr, mu);
-            const float* q_no = tr.q + (u64)rows * A;
+            // The online network on the chunk's observations (and, for double DQN, on the next
+            // ones right after them), and the target network on the next ones, in lockstep
+            // (mm1, free until the backward pass, is the target pass's norm scratch).
             inf.q = q_nt;
-            forward(wt, lw, act, nx, rows, inf, mu);
+            const Fwd passes[2] = {{wo, x, double_dqn ? 2 * rows : rows, &tr, mu},
+                                   {wt, nx, rows, &inf, mm1}};
+            forward_all(lw, act, passes, 2);
+            const float* q_no = tr.q + (u64)rows * A;
             // TD loss per row.
             for (u32 r = threadIdx.x; r < rows; r += blockDim.x) {
                 u32 b = c0 + r;
