@@ -68,7 +68,7 @@ struct Member {
     float* target;              // [P] target network
     float* m1g;                 // [P] Adam's first moments
     float* m2g;                 // [P] Adam's second moments
-    float* part;                // [slots * P] the groups' gradient slots
+    float* part;                // [slots * P4] the groups' gradient slots (P4: see below)
     float* grads;               // [P] the summed gradient
     float* norm_part;           // [slots] the slices' sums of squares
     float* loss_part;           // [3 * slots] the groups' loss terms
@@ -484,6 +484,24 @@ struct Seg {
     float* slot;
 };
 
+// t[0..4) = v (first) or t[c] + v[c]: one float4 store where t is 16-byte aligned (a slot's
+// rows are, where its layer's offsets are whole float4s: the slots are P4 floats apart, in a
+// whole allocation), else four. A gradient slot is written once a step, and the block's
+// stores (the whole network's parameters) all go out before the member's barrier.
+__device__ __forceinline__ void add_quad(float* t, float4 v, int first) {
+    if (aligned16(t)) {
+        if (!first) {
+            const float4 o = *(const float4*)t;
+            v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+        }
+        *(float4*)t = v;
+        return;
+    }
+    const float a[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) t[c] = first ? a[c] : t[c] + a[c];
+}
+
 // Adds (or, for a group's first rows, writes) a dense layer's parameter gradients over each
 // segment's rows to its slot: dw[i][o] = sum_r x[r][i] dy[r][o], db[o] = sum_r dy[r][o], the
 // rows in order. One thread per (i, o); a warp reads 32 neighbouring dy values and broadcasts x.
@@ -503,10 +521,7 @@ __device__ __noinline__ void dense_grads(const Seg* segs, u32 nseg, Layer d, con
                         const float4 g = *(const float4*)(dy + (u64)r * D + o);
                         acc.x += g.x; acc.y += g.y; acc.z += g.z; acc.w += g.w;
                     }
-                    const float a[4] = {acc.x, acc.y, acc.z, acc.w};
-                    float* gb = sg.slot + d.b;
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) gb[o + c] = sg.first ? a[c] : gb[o + c] + a[c];
+                    add_quad(sg.slot + d.b + o, acc, sg.first);
                     continue;
                 }
                 const u32 i = 4 * (k / oq), o = 4 * (k % oq);
@@ -530,11 +545,8 @@ __device__ __noinline__ void dense_grads(const Seg* segs, u32 nseg, Layer d, con
                 float* gw = sg.slot + d.w;
 #pragma unroll
                 for (int a = 0; a < 4; ++a)
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) {
-                        float* t = gw + (u64)(i + a) * D + o + c;
-                        *t = sg.first ? acc[a][c] : *t + acc[a][c];
-                    }
+                    add_quad(gw + (u64)(i + a) * D + o,
+                             make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]), sg.first);
             }
         }
         return;
@@ -896,7 +908,9 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
 
     // Shared memory (foxhunt-memory's shared_bytes counts it): the online and target networks,
     // then the chunk's buffers, those of whole rows first so that they stay 16-byte aligned
-    // (the tiled passes need it). Each network padded to whole float4s.
+    // (the tiled passes need it). Each network padded to whole float4s: P4 floats, also the
+    // distance between the gradient slots in global memory (foxhunt-memory's epoch.rs allocates
+    // slots * P4), so that a slot's rows are 16-byte aligned as well.
     const u64 P4 = (P + 3) & ~(u64)3;
     const int use_norm = (int)lw[3];
     float* wo = sh;
@@ -1015,7 +1029,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         for (u32 grp = k0; grp < k1; ++grp) {
             if (first_row(grp + 1) > first_row(grp)) continue;
             // A group without rows (a batch smaller than the groups): its slot adds nothing.
-            float* slot = mb.part + (u64)grp * P;
+            float* slot = mb.part + (u64)grp * P4;
             for (u64 i = threadIdx.x; i < P; i += blockDim.x) slot[i] = 0.0f;
             if (threadIdx.x < 3) mb.loss_part[3 * grp + threadIdx.x] = 0.0f;
         }
@@ -1038,7 +1052,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
                 if (take < left && rows > 0) break;
                 if (threadIdx.x == 0)
                     segs[nseg] = Seg{rows, rows + take, gnext, done == 0, take == left,
-                                     mb.part + (u64)gnext * P};
+                                     mb.part + (u64)gnext * P4};
                 ++nseg;
                 rows += take;
                 done += take;
@@ -1122,7 +1136,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
 
         // The block's slices of the parameters: gradients summed over the slots in group
         // order, and each slice's sum of squares.
-        sum_slots(mb.part, P, slots, p0, p1, mb.grads);
+        sum_slots(mb.part, P4, slots, p0, p1, mb.grads);
         __syncthreads();
         for (u32 grp = k0; grp < k1; ++grp) {
             const u64 q0 = (u64)grp * P / slots, q1 = (u64)(grp + 1) * P / slots;

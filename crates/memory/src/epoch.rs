@@ -340,7 +340,7 @@ impl EpochKernel {
             chunk: chunk as u32,
             slots: blocks as u32,
             actions: ctx.alloc(n_env)?,
-            part: ctx.alloc(blocks * shape.params)?,
+            part: ctx.alloc(blocks * crate::gradient_slot_floats(shape.params))?,
             grads: ctx.alloc(shape.params)?,
             norm_part: ctx.alloc(blocks)?,
             loss_part: ctx.alloc(3 * blocks)?,
@@ -780,7 +780,7 @@ unsafe fn launch_all(
         // `batch` rows of obs_dim floats; its layout words describe `params` parameters, which
         // each of online, target, the moments and grads hold (each a DeviceBuffer, a whole
         // allocation: 16-byte aligned, as Adam's float4 loads and stores need); part holds
-        // slots * params, norm_part slots, loss_part 3 * slots, stats rows for every learning
+        // slots * gradient_slot_floats(params), norm_part slots, loss_part 3 * slots, stats rows for every learning
         // step from first_stat; its table and times hold the plan's steps. Members of a launch
         // share every value pushed here (`Shared`), so each block's shared memory is what
         // kernels/epoch.cu lays out for `chunk` rows of its member's network. A member's block

@@ -44,6 +44,13 @@ pub use arena::{Arena, Epoch, HostArena, HostPool, Pool, PoolStats, WindowData};
 pub fn eval_bytes_per_bar(first_width: usize) -> usize {
     84 + 4 * first_width
 }
+
+/// Floats between two gradient slots of the one-launch epoch for a network of `params`
+/// parameters: the parameters rounded up to whole float4s, so that every slot's rows are 16-byte
+/// aligned for the kernel's float4 stores (kernels/epoch.cu's P4).
+pub fn gradient_slot_floats(params: usize) -> usize {
+    params.next_multiple_of(4)
+}
 #[cfg(feature = "cuda")]
 pub use device::{DevicePool, DeviceWindow, GpuArena, OnStream};
 #[cfg(feature = "cuda")]
@@ -62,3 +69,21 @@ pub use eval::{
 pub use gpu_env::GpuVecEnv;
 #[cfg(feature = "cuda")]
 pub use replay::{DeviceReplay, ReplayRows, SampleSpec};
+
+#[cfg(test)]
+mod tests {
+    use super::gradient_slot_floats;
+
+    #[test]
+    fn gradient_slots_are_whole_float4s_holding_every_parameter() {
+        for params in 0..64 {
+            let s = gradient_slot_floats(params);
+            assert!(
+                s.is_multiple_of(4) && s >= params && s < params + 4,
+                "{params} -> {s}"
+            );
+        }
+        // The profile's network (32-128-128-3): 21,123 parameters, slots 21,124 floats apart.
+        assert_eq!(gradient_slot_floats(21_123), 21_124);
+    }
+}

@@ -93,13 +93,14 @@ pub(crate) fn device_estimate(
     let envs = cfg.envs as f64;
     let batch = cfg.dqn.batch_size as f64;
     let eval_per_bar = foxhunt_memory::eval_bytes_per_bar(cfg.dqn.first_width());
+    let slot = foxhunt_memory::gradient_slot_floats(params as usize) as f64;
     vec![
         (
             format!(
-                "network: {params:.0} parameters x ({PARAM_COPIES} copies + up to \
-                 {EPOCH_BLOCKS} gradient slots) x 4 bytes"
+                "network: ({params:.0} parameters x {PARAM_COPIES} copies + up to \
+                 {EPOCH_BLOCKS} gradient slots of {slot:.0} floats) x 4 bytes"
             ),
-            params * (PARAM_COPIES + EPOCH_BLOCKS) * 4.0,
+            (params * PARAM_COPIES + slot * EPOCH_BLOCKS) * 4.0,
         ),
         (
             format!("replay ring: capacity {capacity} x 24 bytes (replay_capacity)"),
