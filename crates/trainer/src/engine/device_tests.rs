@@ -681,6 +681,17 @@ fn one_launch_gradients_and_updates_follow_the_burn_agent() {
                 ..base.clone()
             },
         ),
+        // A layer of a width not a multiple of 4 leaves the parameters after it off whole
+        // float4s: the tiled layers behind it store their gradient slots a float at a time, and
+        // groups of about 16 rows (batch 2048) add their second chunk into the first's.
+        (
+            "tiled layers after one of odd width, batch 2048",
+            DqnConfig {
+                hidden: vec![258, 36, 36],
+                batch_size: 2048,
+                ..base.clone()
+            },
+        ),
     ];
     let dev = Default::default();
     let mut report = Vec::new();
