@@ -780,15 +780,16 @@ unsafe fn launch_all(
         // `batch` rows of obs_dim floats; its layout words describe `params` parameters, which
         // each of online, target, the moments and grads hold (each a DeviceBuffer, a whole
         // allocation: 16-byte aligned, as Adam's float4 loads and stores need); part holds
-        // slots * gradient_slot_floats(params), norm_part slots, loss_part 3 * slots, stats rows for every learning
-        // step from first_stat; its table and times hold the plan's steps. Members of a launch
-        // share every value pushed here (`Shared`), so each block's shared memory is what
-        // kernels/epoch.cu lays out for `chunk` rows of its member's network. A member's block
-        // touches only its own environments', batch rows' and parameter slices' elements
-        // between its barriers, and no other member's buffers; the launch is cooperative with
-        // at most `resident` blocks in all, so every block is resident and the grid barriers
-        // complete, or each member's blocks are one cluster (run at once, meeting at the
-        // cluster's barrier, writing only their own cluster's shared memory); per <= slots.
+        // slots * gradient_slot_floats(params), norm_part slots, loss_part 3 * slots, stats
+        // rows for every learning step from first_stat; its table and times hold the plan's
+        // steps. Members of a launch share every value pushed here (`Shared`), so each block's
+        // shared memory is what kernels/epoch.cu lays out for `chunk` rows of its member's
+        // network. A member's block touches only its own environments', batch rows' and
+        // parameter slices' elements between its barriers, and no other member's buffers; the
+        // launch is cooperative with at most `resident` blocks in all, so every block is
+        // resident and the grid barriers complete, or each member's blocks are one cluster (run
+        // at once, meeting at the cluster's barrier, writing only their own cluster's shared
+        // memory); per <= slots.
         unsafe {
             if clustered {
                 l.run_clusters(grid, set.len() as u32)
