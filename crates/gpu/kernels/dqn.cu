@@ -36,13 +36,8 @@ extern "C" __global__ void hidden_post_fwd(const float* z, const float* p, u64 g
     float* ar = a + (u64)r * width;
     if (use_norm) {
         float* xr = xhat + (u64)r * width;
-        float mean = 0.0f;
-        for (u32 j = 0; j < width; ++j) mean += zr[j];
-        mean /= (float)width;
-        float var = 0.0f;
-        for (u32 j = 0; j < width; ++j) { float d = zr[j] - mean; var += d * d; }
-        var /= (float)width;
-        float inv = 1.0f / sqrtf(var + 1e-5f);
+        float mean, inv;
+        norm_stats(zr, width, &mean, &inv);
         rstd[r] = inv;
         for (u32 j = 0; j < width; ++j) {
             float xh = (zr[j] - mean) * inv;

@@ -1,7 +1,8 @@
 // foxhunt's DQN learning rule as device functions, shared by the eager kernels (dqn.cu) and the
-// one-launch epoch (epoch.cu): activations, the exploration choice, one row's TD loss, one
-// parameter's Adam step. The arithmetic follows foxhunt-dqn's burn agent operation by operation
-// (crates/dqn/src/agent.rs, burn's Adam). Needs philox.cuh in the same module.
+// one-launch epoch (epoch.cu): activations, a row's layer-norm statistics, the exploration
+// choice, one row's TD loss, one parameter's Adam step. The arithmetic follows foxhunt-dqn's
+// burn agent operation by operation (crates/dqn/src/agent.rs, burn's Adam). Needs philox.cuh in
+// the same module.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -20,6 +21,19 @@ __device__ __forceinline__ float act_d(float h, int act) {
     float cdf = 0.5f * (1.0f + erff(h * 0.70710678118654752f));
     float pdf = 0.3989422804014327f * expf(-0.5f * h * h);
     return cdf + h * pdf;
+}
+
+// Layer norm's statistics of one row z[0..w): its mean and 1 / sigma (biased variance, eps
+// 1e-5), each sum in order, as burn's layer norm.
+__device__ __forceinline__ void norm_stats(const float* z, u32 w, float* mean, float* inv) {
+    float m = 0.0f;
+    for (u32 j = 0; j < w; ++j) m += z[j];
+    m /= (float)w;
+    *mean = m;
+    float var = 0.0f;
+    for (u32 j = 0; j < w; ++j) { float d = z[j] - m; var += d * d; }
+    var /= (float)w;
+    *inv = 1.0f / sqrtf(var + 1e-5f);
 }
 
 // Epsilon-greedy choice for environment `env` from its Q-values `qr` [actions]: greedy is the

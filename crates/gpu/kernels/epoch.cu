@@ -408,17 +408,8 @@ __device__ void forward_all(const u64* lw, int act, const Fwd* f, u32 n) {
         if (use_norm) {
             for (u32 q = 0; q < n; ++q) {
                 const Pass& s = *f[q].s;
-                for (u32 r = threadIdx.x; r < f[q].rows; r += blockDim.x) {
-                    const float* zr = s.h[l] + (u64)r * w;
-                    float mean = 0.0f;
-                    for (u32 j = 0; j < w; ++j) mean += zr[j];
-                    mean /= (float)w;
-                    float var = 0.0f;
-                    for (u32 j = 0; j < w; ++j) { float dd = zr[j] - mean; var += dd * dd; }
-                    var /= (float)w;
-                    f[q].mu[r] = mean;
-                    s.rs[l][r] = 1.0f / sqrtf(var + 1e-5f);
-                }
+                for (u32 r = threadIdx.x; r < f[q].rows; r += blockDim.x)
+                    norm_stats(s.h[l] + (u64)r * w, w, &f[q].mu[r], &s.rs[l][r]);
             }
             __syncthreads();
             for (u32 q = 0; q < n; ++q) {
