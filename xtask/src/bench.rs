@@ -1102,8 +1102,8 @@ fn device_eval(
         )
         .collect();
     for v in &combos {
-        let (chunk, label, walk, reuse) = (v.chunk_label(), &v.label, v.walk, v.reuse);
-        let threads = v.threads;
+        let (chunk, label, walk, threads, reuse) =
+            (v.chunk_label(), &v.label, v.walk, v.threads, v.reuse);
         let book = v.book.map_or_else(|| "auto".into(), |w| w.to_string());
         let total = v.total.map_or_else(|| "auto".into(), |b| b.to_string());
         let clustered = if v.clustered { "on" } else { "off" };
