@@ -764,11 +764,10 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
     }
 }
 
-// Sum of squares of v[0..n), in a fixed order (thread strides, a butterfly within each warp, then
-// the warps' sums in order); red holds a float a warp. The block's thread 0 gets the result.
-__device__ float block_sumsq(const float* v, u64 n, float* red) {
-    float acc = 0.0f;
-    for (u64 i = threadIdx.x; i < n; i += blockDim.x) acc += v[i] * v[i];
+// A sum of squares in a fixed order: each thread's own sum `acc` (of its elements, thread
+// strides), a butterfly within each warp, then the warps' sums in order; red holds a float a
+// warp. The block's thread 0 gets the result.
+__device__ float block_sum_lanes(float acc, float* red) {
     for (u32 m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
     if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = acc;
     __syncthreads();
@@ -807,9 +806,11 @@ __device__ void load_net(float* dst, const float* src, u64 n) {
 // out[j] = sum over h in [0, G) of part[h * stride + j], h in order, for j in [j0, j1): one
 // thread a j, SLOTS_IN_FLIGHT slots' loads issued before they are added: an agent alone has 16
 // slots, so a parameter's sum waits one trip to L2 (8 at a time measured 0.8 us an update
-// slower on the H200, docs/PERFORMANCE.md, #13).
+// slower on the H200, docs/PERFORMANCE.md, #13). Returns the thread's sum of the squares of its
+// out[j], in j order: block_sum_lanes's `acc` for the range, without reading out back.
 #define SLOTS_IN_FLIGHT 16
-__device__ void sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1, float* out) {
+__device__ float sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1, float* out) {
+    float sq = 0.0f;
     for (u64 j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         float acc = 0.0f;
         for (u32 h = 0; h < G; h += SLOTS_IN_FLIGHT) {
@@ -822,7 +823,9 @@ __device__ void sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1, 
                 if (h + k < G) acc += v[k];
         }
         out[j] = acc;
+        sq += acc * acc;
     }
+    return sq;
 }
 
 // sum over h in [0, G) of v[h * stride], h in order, the same value in every thread of the
@@ -1126,13 +1129,23 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         member_barrier(mb.bar, G, clustered);
 
         // The block's slices of the parameters: gradients summed over the slots in group
-        // order, and each slice's sum of squares.
-        sum_slots(mb.part, P4, slots, p0, p1, mb.grads);
+        // order, and each slice's sum of squares (a block of one group, as an agent alone has,
+        // squares its sums as it makes them; its slice is the block's range, so each thread
+        // meets the same elements in the same order either way).
+        const float sq_own = sum_slots(mb.part, P4, slots, p0, p1, mb.grads);
         __syncthreads();
-        for (u32 grp = k0; grp < k1; ++grp) {
-            const u64 q0 = (u64)grp * P / slots, q1 = (u64)(grp + 1) * P / slots;
-            float sq = block_sumsq(mb.grads + q0, q1 - q0, red);
-            if (threadIdx.x == 0) mb.norm_part[grp] = sq;
+        if (k1 == k0 + 1) {
+            const float sq = block_sum_lanes(sq_own, red);
+            if (threadIdx.x == 0) mb.norm_part[k0] = sq;
+        } else {
+            for (u32 grp = k0; grp < k1; ++grp) {
+                const u64 q0 = (u64)grp * P / slots, q1 = (u64)(grp + 1) * P / slots;
+                float acc = 0.0f;
+                for (u64 i = q0 + threadIdx.x; i < q1; i += blockDim.x)
+                    acc += mb.grads[i] * mb.grads[i];
+                const float sq = block_sum_lanes(acc, red);
+                if (threadIdx.x == 0) mb.norm_part[grp] = sq;
+            }
         }
         member_barrier(mb.bar, G, clustered);
 
