@@ -12,6 +12,8 @@
 //! decisions itself; on the host the booking is the backtest's own code.
 
 use std::ops::Range;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use foxhunt_dqn::model::HostQNetwork;
 use foxhunt_env::backtest::Decision;
@@ -20,7 +22,6 @@ use foxhunt_env::vec_env::observe;
 use foxhunt_env::{
     BacktestReport, Baseline, EnvConfig, Execution, MarketData, Policy, SessionRule, backtest,
 };
-use rayon::prelude::*;
 
 use crate::{TrainConfig, TrainError};
 
@@ -131,15 +132,37 @@ pub fn host_targets(
     env: &EnvConfig,
     split: Range<usize>,
 ) -> Vec<i8> {
-    runs(market, env, &split)
-        .into_par_iter()
-        // A session a task: the work of sessions differs, and stealing evens it out.
-        .with_max_len(1)
-        .map_init(
-            || net.clone(),
-            |net, run| walk(net, market, exec, env, run, split.end),
-        )
-        .flatten_iter()
+    let runs = runs(market, env, &split);
+    let walked: Vec<OnceLock<Vec<i8>>> = runs.iter().map(|_| OnceLock::new()).collect();
+    // The next run to walk: each walker takes one at a time, so that runs of unequal work even
+    // out.
+    let next = AtomicUsize::new(0);
+    let walker = || {
+        let mut net = net.clone();
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(run) = runs.get(k) else { break };
+            walked[k]
+                .set(walk(&mut net, market, exec, env, run.clone(), split.end))
+                .expect("each run is taken once");
+        }
+    };
+    // The calling thread walks too, beside the pool's threads. A parallel iterator would leave
+    // it blocked while woken pool threads run: on a 2-core VM they were seen to take turns on
+    // one core (the sessions walked one after another, no faster than one thread), where a
+    // caller that keeps running leaves the woken thread the other core.
+    let helpers = rayon::current_num_threads()
+        .min(runs.len())
+        .saturating_sub(1);
+    rayon::in_place_scope(|s| {
+        for _ in 0..helpers {
+            s.spawn(|_| walker());
+        }
+        walker();
+    });
+    walked
+        .into_iter()
+        .flat_map(|w| w.into_inner().expect("every run is walked"))
         .collect()
 }
 
