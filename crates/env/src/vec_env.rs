@@ -284,7 +284,7 @@ impl<'a> VecEnv<'a> {
         // Independent environments: chunks run on rayon's threads, the result is the same for
         // any split of the work.
         let chunk = n.div_ceil(rayon::current_num_threads() * 4).max(256);
-        let work = self
+        let mut work = self
             .t
             .chunks_mut(chunk)
             .zip(self.position.chunks_mut(chunk))
@@ -295,10 +295,16 @@ impl<'a> VecEnv<'a> {
             .zip(obs.chunks_mut(chunk * dim))
             .zip(rewards.chunks_mut(chunk))
             .zip(dones.chunks_mut(chunk))
-            .enumerate();
-        rayon::scope(|s| {
-            for (c, ((((((((t, pos), entry), steps), episode), act), ob), rew), dn)) in work {
-                s.spawn(move |_| {
+            .enumerate()
+            .peekable();
+        // The calling thread steps the last chunk itself (the only one for 256 environments or
+        // fewer, so that no other thread is woken at all): `rayon::scope` would leave it
+        // blocked while a woken pool thread did the work.
+        rayon::in_place_scope(|s| {
+            while let Some((c, ((((((((t, pos), entry), steps), episode), act), ob), rew), dn))) =
+                work.next()
+            {
+                let mut body = move || {
                     for j in 0..t.len() {
                         let slot = Slot {
                             t: &mut t[j],
@@ -322,7 +328,12 @@ impl<'a> VecEnv<'a> {
                         rew[j] = r;
                         dn[j] = d;
                     }
-                });
+                };
+                if work.peek().is_some() {
+                    s.spawn(move |_| body());
+                } else {
+                    body();
+                }
             }
         });
     }
