@@ -1154,19 +1154,20 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         float norm = sqrtf(sum_parts(mb.norm_part, 1, slots, red));
         stamp(s, 5);
         if (g == 0) {
-            // The loss terms of every group in one trip to L2 where the block has a thread for
-            // each (an agent alone: 16 groups, 48 terms), each term then summed in group order
-            // as sum_parts sums it.
+            // The loss terms, groups interleaved (3 a group), loaded a third of the block's
+            // threads' worth of groups a trip to L2 (an agent alone: 16 groups, one trip), each
+            // term summed in group order as sum_parts sums it.
             float l[3] = {0.0f, 0.0f, 0.0f};
-            if (3 * slots <= blockDim.x) {
-                if (threadIdx.x < 3 * slots) red[threadIdx.x] = __ldcg(mb.loss_part + threadIdx.x);
+            const u32 per_trip = blockDim.x / 3;
+            for (u32 h0 = 0; h0 < slots; h0 += per_trip) {
+                const u32 n = min(per_trip, slots - h0);
+                if (threadIdx.x < 3 * n)
+                    red[threadIdx.x] = __ldcg(mb.loss_part + 3 * h0 + threadIdx.x);
                 __syncthreads();
                 if (threadIdx.x == 0)
-                    for (u32 h = 0; h < slots; ++h)
+                    for (u32 h = 0; h < n; ++h)
                         for (u32 k = 0; k < 3; ++k) l[k] += red[3 * h + k];
                 __syncthreads();
-            } else {
-                for (u32 k = 0; k < 3; ++k) l[k] = sum_parts(mb.loss_part + k, 3, slots, red);
             }
             if (threadIdx.x == 0) {
                 float* out = mb.stats + 4 * st[ST_STAT];
