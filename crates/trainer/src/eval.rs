@@ -34,6 +34,9 @@ const ROWS: usize = 16;
 /// briefly trained agent: 17% fewer rows with 8 a pass and flat passes growing from 1).
 const HELD_ROWS: usize = 8;
 
+// `walk`'s pass buffers hold ROWS rows, whichever kind of pass.
+const _: () = assert!(HELD_ROWS <= ROWS);
+
 /// The greedy policy deciding bar by bar inside the backtest, one forward per bar: the
 /// reference the evaluation is checked against (and timed beside).
 pub struct BarByBar {
