@@ -1156,7 +1156,9 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         if (g == 0) {
             // The loss terms, groups interleaved (3 a group), loaded a third of the block's
             // threads' worth of groups a trip to L2 (an agent alone: 16 groups, one trip), each
-            // term summed in group order as sum_parts sums it.
+            // term summed in group order as sum_parts sums it. Not sum_parts made generic over
+            // interleaved series: that measured 0.3-0.5 us an update slower (docs/PERFORMANCE.md,
+            // #13, twenty-first session).
             float l[3] = {0.0f, 0.0f, 0.0f};
             const u32 per_trip = blockDim.x / 3;
             for (u32 h0 = 0; h0 < slots; h0 += per_trip) {
