@@ -828,14 +828,14 @@ __device__ float sum_slots(const float* part, u64 stride, u32 G, u64 j0, u64 j1,
     return sq;
 }
 
-// sum over h in [0, G) of v[h * stride], h in order, the same value in every thread of the
-// block: the block loads blockDim.x terms at once into `red` (blockDim.x floats), then every
-// thread adds them.
-__device__ float sum_parts(const float* v, u32 stride, u32 G, float* red) {
+// sum over h in [0, G) of v[h], h in order, the same value in every thread of the block: the
+// block loads blockDim.x terms at once into `red` (blockDim.x floats), then every thread adds
+// them.
+__device__ float sum_parts(const float* v, u32 G, float* red) {
     float total = 0.0f;
     for (u32 h0 = 0; h0 < G; h0 += blockDim.x) {
         const u32 n = min(blockDim.x, G - h0);
-        if (threadIdx.x < n) red[threadIdx.x] = __ldcg(v + (u64)(h0 + threadIdx.x) * stride);
+        if (threadIdx.x < n) red[threadIdx.x] = __ldcg(v + (u64)(h0 + threadIdx.x));
         __syncthreads();
         for (u32 h = 0; h < n; ++h) total += red[h];
         __syncthreads();
@@ -1151,7 +1151,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
 
         // The norm from the slices' parts in group order; Adam and the target update on the
         // block's slices.
-        float norm = sqrtf(sum_parts(mb.norm_part, 1, slots, red));
+        float norm = sqrtf(sum_parts(mb.norm_part, slots, red));
         stamp(s, 5);
         if (g == 0) {
             // The loss terms, groups interleaved (3 a group), loaded a third of the block's
