@@ -778,31 +778,6 @@ __device__ float block_sum_lanes(float acc, float* red) {
     return out;
 }
 
-// Loads per thread kept in flight by the loops below that read what other blocks wrote: each
-// such load waits a trip to L2, so a loop that issued one load an iteration would wait one trip
-// an iteration.
-#define IN_FLIGHT 8
-
-// dst[0..n) = src[0..n) for the whole block, read through L2 (src is written by other blocks of
-// the launch), four floats a load where both are 16-byte aligned (device buffers and the start
-// of dynamic shared memory are).
-__device__ void load_net(float* dst, const float* src, u64 n) {
-    u64 n4 = (((u64)dst | (u64)src) & 15) == 0 ? n / 4 : 0;
-    const float4* s4 = (const float4*)src;
-    float4* d4 = (float4*)dst;
-    const u64 stride = blockDim.x;
-    for (u64 i = threadIdx.x; i < n4; i += IN_FLIGHT * stride) {
-        float4 v[IN_FLIGHT];
-#pragma unroll
-        for (int k = 0; k < IN_FLIGHT; ++k)
-            if (i + k * stride < n4) v[k] = __ldcg(s4 + i + k * stride);
-#pragma unroll
-        for (int k = 0; k < IN_FLIGHT; ++k)
-            if (i + k * stride < n4) d4[i + k * stride] = v[k];
-    }
-    for (u64 i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
-}
-
 // out[j] = sum over h in [0, G) of part[h * stride + j], h in order, for j in [j0, j1): one
 // thread a j, SLOTS_IN_FLIGHT slots' loads issued before they are added: an agent alone has 16
 // slots, so a parameter's sum waits one trip to L2 (8 at a time measured 0.8 us an update

@@ -50,7 +50,8 @@
 // then the head: weight offset, bias offset, d_in, d_out; then the value head (dueling) likewise.
 #define NET_HEADER 5
 #define NET_LAYER 6
-// Rows a warp decides at once (eval_flat's batch, the walkers' and the stitch's guesses).
+// Rows a warp of eval_flat decides at once (foxhunt-memory's ROWS; the walks size their rounds
+// on the host).
 #define EVAL_R 4
 // A lane's outputs of one dense pass: d_out up to 32 * EVAL_KMAX per pass.
 #define EVAL_KMAX 8
@@ -408,7 +409,7 @@ __device__ __forceinline__ Net eval_prologue(float* sh, const float* params,
     }
     Net n = {params, net};
     if (params_shared) {
-        for (u32 k = threadIdx.x; k < n_params; k += blockDim.x) sh[k] = params[k];
+        load_net(sh, params, n_params);
         __syncthreads();
         n.p = sh;
         // Scratch 16-byte aligned after the parameters.
@@ -443,9 +444,8 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
     for (u32 first = split_start + (blockIdx.x * (blockDim.x >> 5) + warp) * EVAL_R;
          first < split_end; first += warps * EVAL_R) {
         u32 rows = min((u32)EVAL_R, split_end - first);
-        for (u32 r = 0; r < rows; ++r)
-            observe(m, lookback, max_position, upnl_scale, tick_size, first + r, 0, 0.0,
-                    s.x + (u64)r * dim, lane, 32);
+        observe_rows<EVAL_R>(m, lookback, max_position, upnl_scale, tick_size, first, rows, 0,
+                             0.0, s.x, dim, lane);
         __syncwarp();
         float* first_out =
             first_on ? first_sums + (u64)(first - split_start) * (u32)net_layer(n, 0)[3] : 0;

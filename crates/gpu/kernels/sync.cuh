@@ -2,7 +2,8 @@
 // (cooperative launches): the one-launch epoch's grid barrier and the evaluation stitch's team
 // barrier are the same code over a different set of blocks. And, on Hopper and later, the
 // hardware barrier and shared-memory stores of a thread-block cluster, which the one-launch epoch
-// uses instead where a member's blocks are one cluster.
+// uses instead where a member's blocks are one cluster. And the block's copy of a buffer through
+// L2 with many loads in flight, with which both stage a network in shared memory.
 
 // A barrier of `blocks` blocks sharing `bar` (two words, zero when first used, 8-byte aligned):
 // arrivals counted in bar[0], the generation in bar[1], both one 64-bit word so that an arrival
@@ -108,4 +109,29 @@ __device__ __forceinline__ T* cluster_ptr(T* p, unsigned int rank) {
     __trap();
     return p;
 #endif
+}
+
+// Loads per thread kept in flight by loops that read global memory through L2 (what other
+// blocks wrote, or a network's parameters staged in shared memory): each such load waits a
+// trip to L2, so a loop that issued one load an iteration would wait one trip an iteration.
+#define IN_FLIGHT 8
+
+// dst[0..n) = src[0..n) for the whole block, read through L2 (src may be written by other
+// blocks of the launch), four floats a load where both are 16-byte aligned (device buffers and
+// the start of dynamic shared memory are).
+__device__ void load_net(float* dst, const float* src, u64 n) {
+    u64 n4 = (((u64)dst | (u64)src) & 15) == 0 ? n / 4 : 0;
+    const float4* s4 = (const float4*)src;
+    float4* d4 = (float4*)dst;
+    const u64 stride = blockDim.x;
+    for (u64 i = threadIdx.x; i < n4; i += IN_FLIGHT * stride) {
+        float4 v[IN_FLIGHT];
+#pragma unroll
+        for (int k = 0; k < IN_FLIGHT; ++k)
+            if (i + k * stride < n4) v[k] = __ldcg(s4 + i + k * stride);
+#pragma unroll
+        for (int k = 0; k < IN_FLIGHT; ++k)
+            if (i + k * stride < n4) d4[i + k * stride] = v[k];
+    }
+    for (u64 i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
 }
