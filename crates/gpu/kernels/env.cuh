@@ -60,29 +60,6 @@ __device__ void observe(const Market& m, u32 lookback, int max_position, float u
     }
 }
 
-// observe's observations of bars t .. t + rows - 1 (rows <= R) in one state, row r at out + r *
-// dim, by a warp: every row's feature loads are issued before any is stored, since each waits a
-// trip to L2 and a row after row loop would wait one a row.
-template <int R>
-__device__ __forceinline__ void observe_rows(const Market& m, u32 lookback, int max_position,
-                                             float upnl_scale, double tick_size, u32 t, u32 rows,
-                                             int position, double entry, float* out, u32 dim,
-                                             u32 lane) {
-    const u32 n = lookback * m.cols;
-    for (u32 k0 = 0; k0 < n; k0 += 32) {
-        float v[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-            if ((u32)r < rows && k0 + lane < n) v[r] = lookback_feature(m, lookback, t + r, k0 + lane);
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-            if ((u32)r < rows && k0 + lane < n) out[(u64)r * dim + k0 + lane] = v[r];
-    }
-    if (lane < rows)
-        observe_state(m, max_position, upnl_scale, tick_size, t + lane, position, entry,
-                      out + (u64)lane * dim + n);
-}
-
 // Contract terms and costs (foxhunt-env's Execution, less the tick size observe takes apart).
 struct Exec {
     double multiplier;
