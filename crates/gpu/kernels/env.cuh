@@ -48,16 +48,36 @@ __device__ __forceinline__ float lookback_feature(const Market& m, u32 lookback,
     return m.features[(size_t)row * m.cols + c];
 }
 
-// Observation of bar t in state (position, entry), as foxhunt-env's observe: the look-back rows'
-// features, then position / max_position and the unrealized PnL in ticks / upnl_scale. Written by
-// `lanes` threads together (lane in [0, lanes)); one thread passes 0, 1.
+// Observations of bars t0, t0 + 1, ..., t0 + rows - 1 (rows <= R) in one state (position,
+// entry), as foxhunt-env's observe: the look-back rows' features, then position / max_position
+// and the unrealized PnL in ticks / upnl_scale; row r at out + r * stride. Written by `lanes`
+// threads together (lane in [0, lanes), lanes >= rows); every row's loads of a pass are issued
+// before any is stored, so R rows wait one trip to memory where row after row would wait R.
+template <int R>
+__device__ __forceinline__ void observe_rows(const Market& m, u32 lookback, int max_position,
+                                             float upnl_scale, double tick_size, u32 t0, u32 rows,
+                                             int position, double entry, float* out, u32 stride,
+                                             u32 lane, u32 lanes) {
+    const u32 n = lookback * m.cols;
+    for (u32 k = lane; k < n; k += lanes) {
+        float v[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if ((u32)r < rows) v[r] = lookback_feature(m, lookback, t0 + r, k);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if ((u32)r < rows) out[(u64)r * stride + k] = v[r];
+    }
+    if (lane < rows)
+        observe_state(m, max_position, upnl_scale, tick_size, t0 + lane, position, entry,
+                      out + (u64)lane * stride + n);
+}
+
+// Observation of bar t in state (position, entry): observe_rows' one row. One thread passes 0, 1.
 __device__ void observe(const Market& m, u32 lookback, int max_position, float upnl_scale, double tick_size,
                         u32 t, int position, double entry, float* out, u32 lane, u32 lanes) {
-    for (u32 k = lane; k < lookback * m.cols; k += lanes) out[k] = lookback_feature(m, lookback, t, k);
-    if (lane == 0) {
-        u32 n = lookback * m.cols;
-        observe_state(m, max_position, upnl_scale, tick_size, t, position, entry, out + n);
-    }
+    observe_rows<1>(m, lookback, max_position, upnl_scale, tick_size, t, 1, position, entry, out,
+                    0, lane, lanes);
 }
 
 // Contract terms and costs (foxhunt-env's Execution, less the tick size observe takes apart).

@@ -444,24 +444,8 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
     for (u32 first = split_start + (blockIdx.x * (blockDim.x >> 5) + warp) * EVAL_R;
          first < split_end; first += warps * EVAL_R) {
         u32 rows = min((u32)EVAL_R, split_end - first);
-        // The rows' observations in the flat state, as observe (env.cuh) makes them (its
-        // look-back features, then observe_state's two inputs), but every row's loads issued
-        // before any is stored: each waits a trip to L2, and observe row after row would wait
-        // one trip a row (measured: docs/PERFORMANCE.md, #12).
-        const u32 nf = lookback * cols;
-        for (u32 k0 = 0; k0 < nf; k0 += 32) {
-            float v[EVAL_R];
-#pragma unroll
-            for (int r = 0; r < EVAL_R; ++r)
-                if ((u32)r < rows && k0 + lane < nf)
-                    v[r] = lookback_feature(m, lookback, first + r, k0 + lane);
-#pragma unroll
-            for (int r = 0; r < EVAL_R; ++r)
-                if ((u32)r < rows && k0 + lane < nf) s.x[(u64)r * dim + k0 + lane] = v[r];
-        }
-        if (lane < rows)
-            observe_state(m, max_position, upnl_scale, tick_size, first + lane, 0, 0.0,
-                          s.x + (u64)lane * dim + nf);
+        observe_rows<EVAL_R>(m, lookback, max_position, upnl_scale, tick_size, first, rows, 0,
+                             0.0, s.x, dim, lane, 32);
         __syncwarp();
         float* first_out =
             first_on ? first_sums + (u64)(first - split_start) * (u32)net_layer(n, 0)[3] : 0;
