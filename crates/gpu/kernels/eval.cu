@@ -440,25 +440,36 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
     u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u32 dim = net_obs_dim(n);
     WarpScratch s = warp_scratch(scratch, warp, dim, max_width);
-    u32 warps = (gridDim.x * blockDim.x) >> 5;
-    for (u32 first = split_start + (blockIdx.x * (blockDim.x >> 5) + warp) * EVAL_R;
-         first < split_end; first += warps * EVAL_R) {
-        u32 rows = min((u32)EVAL_R, split_end - first);
-        observe_rows<EVAL_R>(m, lookback, max_position, upnl_scale, tick_size, first, rows, 0,
-                             0.0, s.x, dim, lane, 32);
-        __syncwarp();
-        float* first_out =
-            first_on ? first_sums + (u64)(first - split_start) * (u32)net_layer(n, 0)[3] : 0;
-        greedy(
-            Warp{lane}, n, s, rows,
-            [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
-                warp_dense<EVAL_R>(n.p, w_off, b_off, d_in, d_out, x, y, rows, lane);
-            },
-            first_out);
-        if (lane < rows)
-            flat_target[first + lane - split_start] =
-                (signed char)action_target(s.act[lane], max_position);
-        __syncwarp();
+    // The weights read through a pointer the compiler knows is shared memory where they are
+    // there (shared loads, not generic ones).
+    auto pass = [&](const Net& n) {
+        u32 warps = (gridDim.x * blockDim.x) >> 5;
+        for (u32 first = split_start + (blockIdx.x * (blockDim.x >> 5) + warp) * EVAL_R;
+             first < split_end; first += warps * EVAL_R) {
+            u32 rows = min((u32)EVAL_R, split_end - first);
+            observe_rows<EVAL_R>(m, lookback, max_position, upnl_scale, tick_size, first, rows, 0,
+                                 0.0, s.x, dim, lane, 32);
+            __syncwarp();
+            float* first_out =
+                first_on ? first_sums + (u64)(first - split_start) * (u32)net_layer(n, 0)[3] : 0;
+            greedy(
+                Warp{lane}, n, s, rows,
+                [&](u64 w_off, u64 b_off, u32 d_in, u32 d_out, const float* x, float* y) {
+                    warp_dense<EVAL_R>(n.p, w_off, b_off, d_in, d_out, x, y, rows, lane);
+                },
+                first_out);
+            if (lane < rows)
+                flat_target[first + lane - split_start] =
+                    (signed char)action_target(s.act[lane], max_position);
+            __syncwarp();
+        }
+    };
+    if (params_shared) {
+        Net ns = n;
+        ns.p = sh;
+        pass(ns);
+    } else {
+        pass(n);
     }
 }
 
