@@ -167,6 +167,15 @@ __device__ __forceinline__ void dense_r(const float* w, const float* b, u32 d_in
 
 __device__ __forceinline__ bool aligned16(const void* p) { return ((u64)p & 15) == 0; }
 
+// Tells the compiler that each pointer is to shared memory, so that it reads and writes them
+// with shared loads and stores, not generic ones. Every caller's operands are the training
+// kernel's shared buffers and networks (epoch_steps' layout); a global pointer here would be
+// undefined behaviour.
+template <typename... T>
+__device__ __forceinline__ void assume_shared(const T*... p) {
+    (__builtin_assume(__isShared(p)), ...);
+}
+
 // Adds the SPLIT lanes' parts of v (lanes l, l ^ 8, l ^ 16, l ^ 24): every one of them gets the
 // same bits (a + b == b + a in floating point).
 __device__ __forceinline__ float sum_split(float v) {
@@ -332,6 +341,9 @@ __device__ void dense_narrow(const float* w, const float* b, u32 n, u32 D, const
 // about 6x longer, for no measured gain (docs/PERFORMANCE.md, #13).
 __device__ __noinline__ void dense(const float* p, Layer d, const float* x, float* y, u32 rows) {
     const u32 D = d.d_out;
+    // y is shared too, but told so as well the compiler narrows the pointers to 32-bit shared
+    // addresses and ptxas spills in epoch_steps (60 / 96 bytes against none; PERFORMANCE.md).
+    assume_shared(p, x);
     if (D <= 8) {
         dense_narrow(p + d.w, p + d.b, d.d_in, D, x, y, rows);
         return;
@@ -427,6 +439,7 @@ __device__ void forward_all(const u64* lw, int act, const Fwd* f, u32 n) {
         }
         for (u32 q = 0; q < n; ++q) {
             const Pass& s = *f[q].s;
+            assume_shared(s.h[l], s.a[l]);
             for (u32 k = threadIdx.x; k < f[q].rows * w; k += blockDim.x)
                 s.a[l][k] = act_f(s.h[l][k], act);
         }
@@ -498,6 +511,7 @@ __device__ __forceinline__ void add_quad(float* t, float4 v, int first) {
 // rows in order. One thread per (i, o); a warp reads 32 neighbouring dy values and broadcasts x.
 __device__ __noinline__ void dense_grads(const Seg* segs, u32 nseg, Layer d, const float* x, const float* dy) {
     const u32 D = d.d_out, n = d.d_in;
+    assume_shared(segs, x, dy);
     if ((n | D) % 4 == 0 && aligned16(x) && aligned16(dy)) {
         // Tiles of 4 inputs x 4 outputs a thread (each pair of float4 loads feeds 16 products),
         // the rows in order as above; a warp's lanes take neighbouring output quads.
@@ -657,6 +671,7 @@ __device__ __forceinline__ void dense_input_grads_tile_r(const float* w, u32 n, 
 __device__ __noinline__ void dense_input_grads(const float* p, Layer d, const float* dy, float* dx, u32 rows,
                                   int accumulate) {
     const u32 n = d.d_in;
+    assume_shared(p, dy, dx);
     if ((n | d.d_out) % 4 == 0 && aligned16(dy) && aligned16(dx) && aligned16(p + d.w) &&
         blockDim.x % 32 == 0) {
         const u32 groups = tile_groups(n, rows);
@@ -719,6 +734,7 @@ __device__ void backward(const float* p, const u64* lw, int act, const float* x,
         u32 w = d.d_out;
         // bufa: gradient at the activation's output; bufb: at the norm's output, then at the
         // dense output.
+        assume_shared(s.h[l], bufa, bufb);
         for (u32 k = threadIdx.x; k < rows * w; k += blockDim.x)
             bufb[k] = bufa[k] * act_d(s.h[l][k], act);
         __syncthreads();

@@ -420,6 +420,19 @@ __device__ __forceinline__ Net eval_prologue(float* sh, const float* params,
     return n;
 }
 
+// Runs body with the network, its parameters read through sh itself where they are in shared
+// memory: the compiler then knows the space and reads them with shared loads, not generic ones.
+template <typename Body>
+__device__ __forceinline__ void with_params(const Net& n, u32 params_shared, const float* sh,
+                                            Body body) {
+    if (params_shared) {
+        Net ns = {sh, n.w};
+        body(ns);
+    } else {
+        body(n);
+    }
+}
+
 // Decisions of bars [split_start, split_end) in the flat state: flat_target[t - split_start].
 // Warps take EVAL_R bars at a time, striding over the grid. With first_on (the network has a
 // hidden layer), each bar's first hidden layer sums, before the norm and activation, go to
@@ -440,9 +453,7 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
     u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     u32 dim = net_obs_dim(n);
     WarpScratch s = warp_scratch(scratch, warp, dim, max_width);
-    // The weights read through a pointer the compiler knows is shared memory where they are
-    // there (shared loads, not generic ones).
-    auto pass = [&](const Net& n) {
+    with_params(n, params_shared, sh, [&](const Net& n) {
         u32 warps = (gridDim.x * blockDim.x) >> 5;
         for (u32 first = split_start + (blockIdx.x * (blockDim.x >> 5) + warp) * EVAL_R;
              first < split_end; first += warps * EVAL_R) {
@@ -463,14 +474,7 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS_MAX, 1)
                     (signed char)action_target(s.act[lane], max_position);
             __syncwarp();
         }
-    };
-    if (params_shared) {
-        Net ns = n;
-        ns.p = sh;
-        pass(ns);
-    } else {
-        pass(n);
-    }
+    });
 }
 
 // ---- Walking: a block follows one path, a few bars a network pass ----
@@ -842,8 +846,10 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
         for (u32 c = sess_chunk[sid]; true;) {
             __syncthreads();
             if (threadIdx.x == 0) ws.stop = 0;
-            block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, team, end,
-                       ws, round);
+            with_params(n, params_shared, sh, [&](const Net& n) {
+                block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, team,
+                           end, ws, round);
+            });
             if (!ws.stop) break;  // ran through the session
             // Met the walk of the chunk holding bar ws.t: the rest of that chunk is its.
             const u32 t = ws.t;
