@@ -790,6 +790,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
         ws.stop = 0;
         ws.per = alone.rows_min;
     }
+    // Not through with_params, unlike the stitch: the chunk walks measured 1-2% slower with
+    // shared loads of the parameters (PERFORMANCE.md, #12's twenty-fifth session).
     block_walk(n, m, xc, lookback, max_position, upnl_scale, tick_size, io, s, alone, chunk_end[c],
                ws, round);
     if (threadIdx.x == 0) {
