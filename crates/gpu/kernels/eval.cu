@@ -426,7 +426,8 @@ template <typename Body>
 __device__ __forceinline__ void with_params(const Net& n, u32 params_shared, const float* sh,
                                             Body body) {
     if (params_shared) {
-        Net ns = {sh, n.w};
+        Net ns = n;
+        ns.p = sh;
         body(ns);
     } else {
         body(n);
