@@ -15,10 +15,12 @@
 // rows summed into its slot; each parameter slice then summed over the slots in group order),
 // the gradient norm, and the updated weights. Where the host launches a member's blocks as one
 // thread-block cluster (Hopper and later, at most 16 blocks), they meet at the cluster's
-// hardware barrier instead, and each block stores its slice of the updated weights into every
-// block's shared copy as it computes them, instead of every block reloading all of them after
-// the barrier: the same sums, in the same order, so the same bits. Every sum runs in a fixed order that depends on
-// the groups, never on G or on the other members: a launch repeats itself exactly, one launch
+// hardware barrier instead, and the updated weights need no barrier at all: each block sends its
+// slice into every block's shared copy (one multicast bulk copy of the slice's whole float4s, its
+// ends by signalling stores), every block's barrier object counts the bytes it receives, and a
+// block waits for them only where it next reads the networks, instead of every block reloading
+// all of them after a barrier: the same sums, in the same order, so the same bits. Every sum
+// runs in a fixed order that depends on the groups, never on G or on the other members: a launch repeats itself exactly, one launch
 // of S steps equals S launches of one step, and a member of a population equals the same agent
 // trained alone.
 //
@@ -864,6 +866,8 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
     __shared__ float lsum[3];
     __shared__ Drawn drawn[MAX_CHUNK];
     __shared__ Seg segs[MAX_CHUNK];
+    // The barrier object that counts the bytes of the updated networks a block receives.
+    __shared__ __align__(8) u64 nets_bar;
     const u32 G = gridDim.x, g = blockIdx.x;
     const u64 P = n_params;
     // A member's blocks are one cluster where the host launched them so (blockIdx.x is then
@@ -940,7 +944,21 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
 
     load_net(wo, mb.online, P);
     load_net(wt, mb.target, P);
+    // A cluster's blocks hand out their updated slices by multicast bulk copies and signalling
+    // stores (sync.cuh), each counted on the receiving block's nets_bar, and a block waits for
+    // the networks' bytes where it next reads them (nets_ready), not at a barrier. Measured
+    // against the cluster stores and barrier before it: docs/PERFORMANCE.md, #13.
+    if (clustered && threadIdx.x == 0) signal_init(&nets_bar);
     __syncthreads();
+    bool nets_pending = false;  // updated weights still coming (the block's threads agree)
+    u32 nets_parity = 0;
+    auto nets_ready = [&]() {
+        if (nets_pending) {
+            signal_wait(&nets_bar, nets_parity);
+            nets_parity ^= 1;
+            nets_pending = false;
+        }
+    };
 
     const u32 e0 = (u32)((u64)g * n_env / G), e1 = (u32)((u64)(g + 1) * n_env / G);
     // The block's groups of batch rows, and the parameters of their slices.
@@ -967,6 +985,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
                 for (u32 k = threadIdx.x; k < rows * dim; k += blockDim.x)
                     x[k] = mb.env_obs[(u64)c0 * dim + k];
                 __syncthreads();
+                nets_ready();
                 forward(wo, lw, act, x, rows, tr, mu);
                 for (u32 r = threadIdx.x; r < rows; r += blockDim.x)
                     mb.env_actions[c0 + r] = (unsigned char)select_action(
@@ -1083,6 +1102,7 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             inf.q = q_nt;
             const Fwd passes[2] = {{wo, x, double_dqn ? 2 * rows : rows, &tr, mu},
                                    {wt, nx, rows, &inf, mm1}};
+            nets_ready();
             forward_all(lw, act, passes, 2);
             const float* q_no = tr.q + (u64)rows * A;
             // TD loss per row.
@@ -1116,6 +1136,10 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             stamp(s, 2);
             stamp(s, 3);
         }
+        // Every block has its last step's networks whole before this barrier (a block without
+        // rows has not waited yet), so no block's next sends can count towards a phase of the
+        // barrier object that is still waiting for this step's bytes.
+        nets_ready();
         stamp(s, 4);
         member_barrier(mb.bar, G, clustered);
 
@@ -1185,6 +1209,13 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         // 140.
         const u64 a0 = min((p0 + 3) & ~(u64)3, p1);
         const u64 a1 = max(p1 & ~(u64)3, a0);
+        if (clustered) {
+            // Every block's whole float4s come by multicast, the other blocks' ends by
+            // signalling stores; this block writes its own ends.
+            if (threadIdx.x == 0)
+                signal_expect(&nets_bar,
+                              (u32)(4 * (P - ((a0 - p0) + (p1 - a1))) * (sync ? 2 : 1)));
+        }
         if (threadIdx.x < (a0 - p0) + (p1 - a1)) {
             const u64 e = threadIdx.x, i = e < a0 - p0 ? p0 + e : a1 + (e - (a0 - p0));
             float pv = mb.online[i], mv = mb.m1g[i], vv = mb.m2g[i];
@@ -1194,16 +1225,19 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             mb.m1g[i] = mv;
             mb.m2g[i] = vv;
             if (sync) mb.target[i] = tv;
-            if (clustered)
-                for (u32 r = 0; r < G; ++r) {
-                    cluster_store(wo + i, r, pv);
-                    if (sync) cluster_store(wt + i, r, tv);
-                }
+            if (clustered) {
+                wo[i] = pv;
+                if (sync) wt[i] = tv;
+                for (u32 r = 0; r < G; ++r)
+                    if (r != g) {
+                        signal_store(wo + i, r, pv, &nets_bar);
+                        if (sync) signal_store(wt + i, r, tv, &nets_bar);
+                    }
+            }
         }
-        // Whole float4s, one a thread at a time: four parameters a load and a store, into every
-        // block's copy too while the next loads are in flight (a copy of the slice after the
-        // loop measured slower, and so did two float4s a thread loaded before their updates, or
-        // eight single parameters: docs/PERFORMANCE.md, #13).
+        // Whole float4s, one a thread at a time: four parameters a load and a store (two float4s
+        // a thread loaded before their updates, or eight single parameters, measured slower:
+        // docs/PERFORMANCE.md, #13). The cluster's copies get them by the multicast below.
         for (u64 i = a0 + 4 * threadIdx.x; i < a1; i += 4 * stride) {
             float4 pv = *(const float4*)(mb.online + i);
             const float4 gv = *(const float4*)(mb.grads + i);
@@ -1219,15 +1253,21 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             *(float4*)(mb.m1g + i) = mv;
             *(float4*)(mb.m2g + i) = vv;
             if (sync) *(float4*)(mb.target + i) = tv;
-            if (clustered)
-                for (u32 r = 0; r < G; ++r) {
-                    cluster_store4(wo + i, r, pv);
-                    if (sync) cluster_store4(wt + i, r, tv);
-                }
         }
+        // The slice's stores, then the copy engine's reads of them: each writer's proxy fence,
+        // then the block's barrier, then the copy.
+        if (clustered) proxy_fence_global();
         __syncthreads();
+        if (clustered && threadIdx.x == 0 && a1 > a0) {
+            const unsigned short all = (unsigned short)((1u << G) - 1);
+            bulk_multicast(wo + a0, mb.online + a0, a1 - a0, &nets_bar, all);
+            if (sync) bulk_multicast(wt + a0, mb.target + a0, a1 - a0, &nets_bar, all);
+        }
         stamp(s, 6);
-        member_barrier(mb.bar, G, clustered);
+        if (clustered)
+            nets_pending = true;
+        else
+            member_barrier(mb.bar, G, clustered);
         if (!clustered) {
             load_net(wo, mb.online, P);
             if (sync) load_net(wt, mb.target, P);
@@ -1235,4 +1275,6 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         }
         stamp(s, 7);
     }
+    // Nothing may still be copied into this block's memory when it exits.
+    nets_ready();
 }

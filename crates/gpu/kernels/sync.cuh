@@ -61,8 +61,8 @@ __device__ __forceinline__ void cluster_barrier() {
 }
 
 // The address of p's place (p in this block's shared memory) in the shared memory of block
-// `rank` of the cluster, whose layout is this block's, for the st.shared::cluster stores below.
-__device__ __forceinline__ unsigned int cluster_addr(const float* p, unsigned int rank) {
+// `rank` of the cluster, whose layout is this block's, for the signalling stores below.
+__device__ __forceinline__ unsigned int cluster_addr(const void* p, unsigned int rank) {
     unsigned int remote = 0;
 #if __CUDA_ARCH__ >= 900
     unsigned long long local;
@@ -73,27 +73,6 @@ __device__ __forceinline__ unsigned int cluster_addr(const float* p, unsigned in
     __trap();
 #endif
     return remote;
-}
-
-// Stores v at p's place in the shared memory of block `rank` of the cluster (cluster_addr).
-__device__ __forceinline__ void cluster_store(const float* p, unsigned int rank, float v) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(cluster_addr(p, rank)), "f"(v)
-                 : "memory");
-#else
-    __trap();
-#endif
-}
-
-// As cluster_store, four floats at once (p 16-byte aligned).
-__device__ __forceinline__ void cluster_store4(const float* p, unsigned int rank, float4 v) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};"
-                 :: "r"(cluster_addr(p, rank)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-                 : "memory");
-#else
-    __trap();
-#endif
 }
 
 // A generic pointer to p's place (p in this block's shared memory) in the shared memory of block
@@ -134,4 +113,100 @@ __device__ void load_net(float* dst, const float* src, u64 n) {
             if (i + k * stride < n4) d4[i + k * stride] = v[k];
     }
     for (u64 i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
+}
+
+// Signals between the blocks of a cluster that carry their data (Hopper and later): a block
+// stores into another block's shared memory with st.async, each store counting its bytes on a
+// barrier object (an mbarrier) in the receiving block, and the receiver waits until the bytes it
+// expects have come. Unlike cluster_barrier, nobody waits for blocks that send it nothing, nor
+// for its own or the others' outstanding global writes to be released.
+
+// Makes `bar` (8 bytes of this block's shared memory, 8-byte aligned) a barrier of one local
+// arrival a phase. One thread, once, before the cluster barrier that precedes any block's first
+// store to it.
+__device__ __forceinline__ void signal_init(unsigned long long* bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;"
+                 :: "r"((unsigned int)__cvta_generic_to_shared(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+// One thread of the receiving block, once a phase: the phase completes when `bytes` have come
+// (before or after this call: the count may run ahead of it).
+__device__ __forceinline__ void signal_expect(unsigned long long* bar, unsigned int bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"((unsigned int)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+#else
+    __trap();
+#endif
+}
+
+// v at p's place in the shared memory of block `rank` (not this block), counted on that
+// block's `bar` (at bar's place in its shared memory).
+__device__ __forceinline__ void signal_store(const float* p, unsigned int rank, float v,
+                                             unsigned long long* bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                 :: "r"(cluster_addr(p, rank)), "f"(v), "r"(cluster_addr(bar, rank))
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+
+// Every thread of the receiving block: returns once `bar`'s phase of the given parity (0 for its
+// first completion, then alternating) has completed; what was stored for it is then visible to
+// the thread.
+__device__ __forceinline__ void signal_wait(unsigned long long* bar, unsigned int parity) {
+#if __CUDA_ARCH__ >= 900
+    unsigned int done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done) : "r"((unsigned int)__cvta_generic_to_shared(bar)), "r"(parity)
+                     : "memory");
+#else
+    __trap();
+#endif
+}
+
+// One thread: copies src[0..n) (global memory, 16-byte aligned, n a multiple of 4) into the
+// shared memory of every block of the cluster in `mask` at dst's place (dst in this block's
+// shared memory, 16-byte aligned), each block's `bar` (at bar's place) counting the bytes it
+// receives, by the Tensor Memory Accelerator: one read of L2, delivered to every block. The copy
+// sees the global writes of this block's threads that each made a proxy fence
+// (`fence.proxy.async.global`) before a __syncthreads that this thread has passed. ptxas advises
+// that .multicast::cluster be compiled for sm_90a, as it may be slower on later architectures
+// than their own targets; the modules are compiled for the device's plain architecture (sm_90 on
+// Hopper, where the advice costs nothing), and a later one should be measured before it is
+// trusted to gain.
+__device__ __forceinline__ void bulk_multicast(float* dst, const float* src, unsigned long long n,
+                                               unsigned long long* bar, unsigned short mask) {
+#if __CUDA_ARCH__ >= 900
+    const unsigned int bytes = (unsigned int)(n * 4);
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    const unsigned int b = (unsigned int)__cvta_generic_to_shared(bar);
+    for (unsigned int off = 0; off < bytes; off += 16384u) {
+        const unsigned int len = min(16384u, bytes - off);
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     ".multicast::cluster [%0], [%1], %2, [%3], %4;"
+                     :: "r"(d + off), "l"((const char*)src + off), "r"(len), "r"(b), "h"(mask)
+                     : "memory");
+    }
+#else
+    __trap();
+#endif
+}
+
+// Orders this thread's generic writes to global memory before later reads of them by the
+// Tensor Memory Accelerator (bulk_multicast).
+__device__ __forceinline__ void proxy_fence_global() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
 }
