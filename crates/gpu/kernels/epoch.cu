@@ -20,9 +20,9 @@
 // ends by signalling stores), every block's barrier object counts the bytes it receives, and a
 // block waits for them only where it next reads the networks, instead of every block reloading
 // all of them after a barrier: the same sums, in the same order, so the same bits. Every sum
-// runs in a fixed order that depends on the groups, never on G or on the other members: a launch repeats itself exactly, one launch
-// of S steps equals S launches of one step, and a member of a population equals the same agent
-// trained alone.
+// runs in a fixed order that depends on the groups, never on G or on the other members: a
+// launch repeats itself exactly, one launch of S steps equals S launches of one step, and a
+// member of a population equals the same agent trained alone.
 //
 // Data written by one block and read by another in the same launch is read through the L2 cache
 // (__ldcg): the first-level caches of the blocks are not kept coherent.
@@ -969,7 +969,8 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
     // the ring rows of every block written, 2 the first chunk sampled, 3 its forward passes and
     // TD terms done, 4 every chunk's backward done, 5 the gradient summed and its norm known, 6
     // Adam and the target update done on the block's slices, 7 every block holding the new
-    // networks.
+    // networks (in a cluster: the block's sends of them issued; the wait for their arrival comes
+    // where they are next read, in the next step's acting or forward passes).
     auto stamp = [&](u32 s, u32 k) {
         if (g == 0 && threadIdx.x == 0) mb.times[STAMPS * (u64)s + k] = global_time();
     };

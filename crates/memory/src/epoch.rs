@@ -847,6 +847,9 @@ pub struct StepTimes {
     /// parameters, in one pass over it.
     pub adam: f64,
     /// Every block taking the new networks (after the grid barrier that follows the update).
+    /// Where the blocks are one cluster, only the sends of the new networks: each block waits
+    /// for their arrival where it next reads them, so that wait counts in the next step's
+    /// collect (its acting pass) or forward.
     pub sync: f64,
 }
 
