@@ -1210,13 +1210,10 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
         // 140.
         const u64 a0 = min((p0 + 3) & ~(u64)3, p1);
         const u64 a1 = max(p1 & ~(u64)3, a0);
-        if (clustered) {
-            // Every block's whole float4s come by multicast, the other blocks' ends by
-            // signalling stores; this block writes its own ends.
-            if (threadIdx.x == 0)
-                signal_expect(&nets_bar,
-                              (u32)(4 * (P - ((a0 - p0) + (p1 - a1))) * (sync ? 2 : 1)));
-        }
+        // Every block's whole float4s come by multicast, the other blocks' ends by signalling
+        // stores; this block writes its own ends.
+        if (clustered && threadIdx.x == 0)
+            signal_expect(&nets_bar, (u32)(4 * (P - ((a0 - p0) + (p1 - a1))) * (sync ? 2 : 1)));
         if (threadIdx.x < (a0 - p0) + (p1 - a1)) {
             const u64 e = threadIdx.x, i = e < a0 - p0 ? p0 + e : a1 + (e - (a0 - p0));
             float pv = mb.online[i], mv = mb.m1g[i], vv = mb.m2g[i];
@@ -1265,11 +1262,10 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
             if (sync) bulk_multicast(wt + a0, mb.target + a0, a1 - a0, &nets_bar, all);
         }
         stamp(s, 6);
-        if (clustered)
+        if (clustered) {
             nets_pending = true;
-        else
-            member_barrier(mb.bar, G, clustered);
-        if (!clustered) {
+        } else {
+            member_barrier(mb.bar, G, false);
             load_net(wo, mb.online, P);
             if (sync) load_net(wt, mb.target, P);
             __syncthreads();
