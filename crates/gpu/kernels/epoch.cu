@@ -14,15 +14,16 @@
 // between them: the replay rows every block samples from, the weight gradients (each group's
 // rows summed into its slot; each parameter slice then summed over the slots in group order),
 // the gradient norm, and the updated weights. Where the host launches a member's blocks as one
-// thread-block cluster (Hopper and later, at most 16 blocks), they meet at the cluster's
-// hardware barrier instead, and the updated weights need no barrier at all: each block sends its
-// slice into every block's shared copy (one multicast bulk copy of the slice's whole float4s, its
-// ends by signalling stores), every block's barrier object counts the bytes it receives, and a
-// block waits for them only where it next reads the networks, instead of every block reloading
-// all of them after a barrier: the same sums, in the same order, so the same bits. Every sum
-// runs in a fixed order that depends on the groups, never on G or on the other members: a
-// launch repeats itself exactly, one launch of S steps equals S launches of one step, and a
-// member of a population equals the same agent trained alone.
+// thread-block cluster (Hopper and later, at most 16 blocks; the kernel epoch_steps_cluster,
+// the same body as epoch_steps), they meet at the cluster's hardware barrier instead, and the
+// updated weights need no barrier at all: each block sends its slice into every block's shared
+// copy (one multicast bulk copy of the slice's whole float4s, its ends by signalling stores),
+// every block's barrier object counts the bytes it receives, and a block waits for them only
+// where it next reads the networks, instead of every block reloading all of them after a
+// barrier: the same sums, in the same order, so the same bits. Every sum runs in a fixed order
+// that depends on the groups, never on G or on the other members: a launch repeats itself
+// exactly, one launch of S steps equals S launches of one step, and a member of a population
+// equals the same agent trained alone.
 //
 // Data written by one block and read by another in the same launch is read through the L2 cache
 // (__ldcg): the first-level caches of the blocks are not kept coherent.
@@ -860,23 +861,43 @@ __device__ __forceinline__ void member_barrier(u32* bar, u32 G, bool clustered) 
         int loss_kind, float delta, float clip, float b1, float b2, float weight_decay,          \
         float tau, u32 steps, u32 chunk, u32 slots, const u64 *members
 
-extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH_PARAMS) {
-    extern __shared__ float sh[];
-    __shared__ float red[EPOCH_THREADS];
-    __shared__ float lsum[3];
-    __shared__ Drawn drawn[MAX_CHUNK];
-    __shared__ Seg segs[MAX_CHUNK];
+#define EPOCH_ARGS                                                                                \
+    features, open, close, session, contract, cols, split_start, split_end, lookback,            \
+        max_position, upnl_scale, tick_size, multiplier, cost_per_side, slippage_price,          \
+        episode_steps, reward_scale, risk_penalty, flatten_at_close, n_env, cap_rows, nstep,     \
+        gamma, batch, n_params, act, double_dqn, loss_kind, delta, clip, b1, b2, weight_decay,   \
+        tau, steps, chunk, slots, members
+
+// The block's shared memory besides the networks and the chunk's buffers (each kernel's static
+// shared memory, which foxhunt-memory reads back).
+struct EpochShared {
+    float red[EPOCH_THREADS];
+    float lsum[3];
+    Drawn drawn[MAX_CHUNK];
+    Seg segs[MAX_CHUNK];
     // The barrier object that counts the bytes of the updated networks a block receives.
-    __shared__ __align__(8) u64 nets_bar;
+    __align__(8) u64 nets_bar;
+    // The member's words and the layout words: every pass reads the layout, layer by layer.
+    Member mb;
+    u64 lws[LAYOUT_WORDS];
+};
+__shared__ EpochShared epoch_sm;
+
+// The kernels' body: `clustered` where the member's blocks are one thread-block cluster
+// (blockIdx.x is then the block's rank in it), else they meet at the grid barrier.
+template <bool clustered>
+__device__ __forceinline__ void epoch_body(EPOCH_PARAMS) {
+    EpochShared& sm = epoch_sm;
+    extern __shared__ float sh[];
+    float* red = sm.red;
+    float* lsum = sm.lsum;
+    Drawn* drawn = sm.drawn;
+    Seg* segs = sm.segs;
+    u64& nets_bar = sm.nets_bar;
+    Member& mb = sm.mb;
+    u64* lws = sm.lws;
     const u32 G = gridDim.x, g = blockIdx.x;
     const u64 P = n_params;
-    // A member's blocks are one cluster where the host launched them so (blockIdx.x is then
-    // the block's rank in it).
-    const bool clustered = G > 1 && cluster_blocks() == G;
-    // The member's words and the layout words in shared memory: every pass reads the layout,
-    // layer by layer.
-    __shared__ Member mb;
-    __shared__ u64 lws[LAYOUT_WORDS];
     for (u32 k = threadIdx.x; k < MEMBER_WORDS; k += blockDim.x)
         ((u64*)&mb)[k] = members[(u64)blockIdx.y * MEMBER_WORDS + k];
     __syncthreads();
@@ -1274,4 +1295,20 @@ extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH
     }
     // Nothing may still be copied into this block's memory when it exits.
     nets_ready();
+}
+
+// The body compiled as two kernels, so that neither path carries the other's code: where a
+// kernel holds any mbarrier instruction (the cluster's hand-out of the networks), ptxas puts a
+// CTA-scope memory barrier before every release in it, the grid barrier's included (seen in
+// NVRTC 12.9's CUBIN), which cost the grid path 1.5-1.8 us an update on an H100
+// (docs/PERFORMANCE.md, #13). The host launches epoch_steps cooperatively, its blocks meeting
+// at grid barriers, and epoch_steps_cluster with each member's blocks one cluster.
+extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1) epoch_steps(EPOCH_PARAMS) {
+    epoch_body<false>(EPOCH_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(EPOCH_THREADS, 1)
+    epoch_steps_cluster(EPOCH_PARAMS) {
+    if (cluster_blocks() != gridDim.x) __trap();  // the host's error: a member is one cluster
+    epoch_body<true>(EPOCH_ARGS);
 }

@@ -18,8 +18,9 @@ pub enum Module {
     /// eval_chunks, eval_stitch), and their backtest's booking (book_sessions, book_total), with
     /// the environment's transition.
     Eval,
-    /// The one-launch epoch (epoch_steps): acting, the environment step, replay, sampling and
-    /// the update of every step of an epoch in one cooperative kernel.
+    /// The one-launch epoch: acting, the environment step, replay, sampling and the update of
+    /// every step of an epoch in one persistent kernel (epoch_steps, cooperative, on the grid
+    /// barrier; epoch_steps_cluster, the same body for a member that is one cluster).
     Epoch,
 }
 

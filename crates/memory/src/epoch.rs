@@ -29,12 +29,29 @@ const STAMPS: usize = 8;
 /// The most hidden layers the kernel takes (kernels/epoch.cu's MAX_HIDDEN).
 const MAX_HIDDEN: usize = 8;
 
-/// The kernel and the block it is compiled for: kernels/epoch.cu's `__launch_bounds__` fix the
-/// threads a block (read back, not repeated here), and its static shared memory (a reduction
-/// array of a float a thread, the member's and the layout words, the chunk's draws and
+/// The epoch's two compilations (kernels/epoch.cu): `epoch_steps`, whose blocks meet at grid
+/// barriers in a cooperative launch, and `epoch_steps_cluster`, for a member whose blocks are one
+/// thread-block cluster. The same body, so the same bits; two kernels, because the cluster's
+/// barrier objects make the compiler fence every barrier of the kernel that holds them harder.
+#[derive(Clone, Debug)]
+struct EpochKernels {
+    grid: Kernel,
+    cluster: Kernel,
+}
+
+impl EpochKernels {
+    /// The kernel for a launch whose members are each one cluster, or not.
+    fn of(&self, clustered: bool) -> &Kernel {
+        if clustered { &self.cluster } else { &self.grid }
+    }
+}
+
+/// The kernels and the block they are compiled for: kernels/epoch.cu's `__launch_bounds__` fix
+/// the threads a block (read back, not repeated here), and their static shared memory (a
+/// reduction array of a float a thread, the member's and the layout words, the chunk's draws and
 /// segments) is what the dynamic part cannot have.
 struct Compiled {
-    kernel: Kernel,
+    kernels: EpochKernels,
     threads: u32,
     /// The most dynamic shared memory a block can have, bytes.
     shared_limit: usize,
@@ -42,13 +59,17 @@ struct Compiled {
 
 impl Compiled {
     fn new(ctx: &GpuContext) -> Result<Self, MemoryError> {
-        let kernel = ctx.kernel(Module::Epoch, "epoch_steps")?;
-        let threads = kernel.max_threads()?;
-        let shared_limit = (ctx
-            .max_shared_per_block()?
-            .saturating_sub(kernel.static_shared()?)) as usize;
+        let kernels = EpochKernels {
+            grid: ctx.kernel(Module::Epoch, "epoch_steps")?,
+            cluster: ctx.kernel(Module::Epoch, "epoch_steps_cluster")?,
+        };
+        let (g, c) = (&kernels.grid, &kernels.cluster);
+        let threads = g.max_threads()?.min(c.max_threads()?);
+        let shared_limit =
+            (ctx.max_shared_per_block()?
+                .saturating_sub(g.static_shared()?.max(c.static_shared()?))) as usize;
         Ok(Self {
-            kernel,
+            kernels,
             threads,
             shared_limit,
         })
@@ -201,7 +222,7 @@ fn shared_bytes(s: &NetShape, chunk: usize) -> usize {
 /// launch shape and the buffers an agent's launch needs beside its learner (gradient slots, the
 /// barrier, timestamps, the step table).
 pub struct EpochKernel {
-    kernel: Kernel,
+    kernels: EpochKernels,
     grid: Grid,
     chunk: u32,
     /// Groups of batch rows (kernels/epoch.cu): fixed for a network, batch and device, whatever
@@ -246,7 +267,7 @@ pub fn clusters_by_default() -> bool {
 /// barrier in a cooperative launch. Either way the same bits (kernels/epoch.cu).
 fn use_clusters(
     ctx: &GpuContext,
-    kernel: &Kernel,
+    kernels: &EpochKernels,
     allowed: bool,
     grid: Grid,
     rows: usize,
@@ -254,7 +275,7 @@ fn use_clusters(
     if !allowed || grid.blocks < 2 || grid.blocks > MAX_CLUSTER {
         return Ok(false);
     }
-    let fit = kernel.max_clusters(ctx, grid)?;
+    let fit = kernels.cluster.max_clusters(ctx, grid)?;
     Ok(fit as usize >= rows)
 }
 
@@ -315,7 +336,7 @@ impl EpochKernel {
             return Err(MemoryError::Config(format!("one-launch epoch: {why}")));
         }
         let Compiled {
-            kernel,
+            kernels,
             threads,
             shared_limit: limit,
         } = Compiled::new(ctx)?;
@@ -325,11 +346,13 @@ impl EpochKernel {
             .find(|&c| shared_bytes(&shape, c) <= limit)
             .unwrap_or(1);
         let shared = shared_bytes(&shape, chunk) as u32;
-        kernel.allow_shared(shared)?;
+        kernels.grid.allow_shared(shared)?;
+        kernels.cluster.allow_shared(shared)?;
         // One block per few rows of the larger of environments and batch, as many as can be
         // resident at once (a cooperative launch needs them all). Alone, an agent has a block
         // per group of batch rows.
-        let resident = (ctx.sm_count()? * kernel.blocks_per_sm(threads, shared)?).max(1) as usize;
+        let resident =
+            (ctx.sm_count()? * kernels.grid.blocks_per_sm(threads, shared)?).max(1) as usize;
         let blocks = wanted_blocks(n_env, batch, batch_rows).min(resident);
         Ok(Self {
             grid: Grid {
@@ -349,7 +372,7 @@ impl EpochKernel {
             alone: Tables::new(ctx)?,
             resident,
             clusters: clusters_by_default(),
-            kernel,
+            kernels,
             shape,
             n_env,
             batch,
@@ -371,7 +394,7 @@ impl EpochKernel {
 
     /// Whether the agent's own launch runs its blocks as one thread-block cluster.
     pub fn runs_in_clusters(&self, ctx: &GpuContext) -> Result<bool, MemoryError> {
-        use_clusters(ctx, &self.kernel, self.clusters, self.grid, 1)
+        use_clusters(ctx, &self.kernels, self.clusters, self.grid, 1)
     }
 
     /// The gradient of the latest update, flat (for tests).
@@ -528,7 +551,7 @@ impl EpochMember<'_, '_> {
         Ok(PreparedMember {
             words,
             table,
-            kernel: k.kernel.clone(),
+            kernels: k.kernels.clone(),
             shared: Shared {
                 grid: k.grid,
                 resident: k.resident,
@@ -571,7 +594,7 @@ impl EpochMember<'_, '_> {
 struct PreparedMember {
     words: Vec<u64>,
     table: Vec<u64>,
-    kernel: Kernel,
+    kernels: EpochKernels,
     shared: Shared,
 }
 
@@ -749,8 +772,8 @@ unsafe fn launch_all(
             blocks: per,
             ..sh.grid
         };
-        let clustered = use_clusters(ctx, &m.kernel, sh.clusters, grid, set.len())?;
-        let l = push_env(ctx.launch(&m.kernel), sh)
+        let clustered = use_clusters(ctx, &m.kernels, sh.clusters, grid, set.len())?;
+        let l = push_env(ctx.launch(m.kernels.of(clustered)), sh)
             .value(&sh.n_env)
             .value(&sh.cap_rows)
             .value(&sh.n_step)
@@ -787,9 +810,9 @@ unsafe fn launch_all(
         // network. A member's block touches only its own environments', batch rows' and
         // parameter slices' elements between its barriers, and no other member's buffers; the
         // launch is cooperative with at most `resident` blocks in all, so every block is
-        // resident and the grid barriers complete, or each member's blocks are one cluster (run
-        // at once, meeting at the cluster's barrier, writing only their own cluster's shared
-        // memory); per <= slots.
+        // resident and the grid barriers complete (`epoch_steps`), or each member's blocks are
+        // one cluster (`epoch_steps_cluster`: run at once, meeting at the cluster's barrier,
+        // writing only their own cluster's shared memory); per <= slots.
         unsafe {
             if clustered {
                 l.run_clusters(grid, set.len() as u32)
