@@ -1,6 +1,7 @@
 // foxhunt's one-launch epoch: every step of a training epoch (act, environment step and replay
-// write, sample, the DQN update, the target update) in one persistent cooperative kernel, for one
-// agent or for a population of agents side by side (a member a row of blocks, blockIdx.y).
+// write, sample, the DQN update, the target update) in one persistent kernel (cooperative, or a
+// thread-block cluster a member), for one agent or for a population of agents side by side (a
+// member a row of blocks, blockIdx.y).
 // Needs philox.cuh, env.cuh, env_step.cu (step_one), replay.cu (sample_row), dqn.cuh and sync.cuh
 // (blocks_barrier) in the same module.
 //
