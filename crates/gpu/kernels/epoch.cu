@@ -70,10 +70,10 @@ struct Member {
     float* b_weights;           // [batch]
     float* online;              // [P] online network
     float* target;              // [P] target network
-    float* m1g;                 // [P] Adam's first moments
-    float* m2g;                 // [P] Adam's second moments
+    float* m1g;                 // [P] Adam's first moments (see adam_shared)
+    float* m2g;                 // [P] Adam's second moments (likewise)
     float* part;                // [slots * P4] the groups' gradient slots (P4: see below)
-    float* grads;               // [P] the summed gradient
+    float* grads;               // [P] the summed gradient (likewise)
     float* norm_part;           // [slots] the slices' sums of squares
     float* loss_part;           // [3 * slots] the groups' loss terms
     float* stats;               // [4 * rows] the updates' statistics
@@ -860,14 +860,14 @@ __device__ __forceinline__ void member_barrier(u32* bar, u32 G, bool clustered) 
         double risk_penalty, int flatten_at_close, u32 n_env, u64 cap_rows, u32 nstep,           \
         float gamma, u32 batch, u64 n_params, int act, int double_dqn,                           \
         int loss_kind, float delta, float clip, float b1, float b2, float weight_decay,          \
-        float tau, u32 steps, u32 chunk, u32 slots, const u64 *members
+        float tau, u32 steps, u32 chunk, u32 slots, u32 adam_shared, const u64 *members
 
 #define EPOCH_ARGS                                                                                \
     features, open, close, session, contract, cols, split_start, split_end, lookback,            \
         max_position, upnl_scale, tick_size, multiplier, cost_per_side, slippage_price,          \
         episode_steps, reward_scale, risk_penalty, flatten_at_close, n_env, cap_rows, nstep,     \
         gamma, batch, n_params, act, double_dqn, loss_kind, delta, clip, b1, b2, weight_decay,   \
-        tau, steps, chunk, slots, members
+        tau, steps, chunk, slots, adam_shared, members
 
 // The block's shared memory besides the networks and the chunk's buffers (each kernel's static
 // shared memory, which foxhunt-memory reads back).
@@ -881,6 +881,9 @@ struct EpochShared {
     // The member's words and the layout words: every pass reads the layout, layer by layer.
     Member mb;
     u64 lws[LAYOUT_WORDS];
+    // Where Adam's moments and the summed gradient live between launches, while mb's point at
+    // the block's shared copies of its slice (adam_shared).
+    float* slice_home[3];
 };
 __shared__ EpochShared epoch_sm;
 
@@ -917,8 +920,9 @@ __device__ __forceinline__ void epoch_body(EPOCH_PARAMS) {
     u32 widest = A + 1;
     for (u32 l = 0; l < L; ++l) widest = max(widest, hidden_layer(lw, l).d_out);
 
-    // Shared memory (foxhunt-memory's shared_bytes counts it): the online and target networks,
-    // then the chunk's buffers, those of whole rows first so that they stay 16-byte aligned
+    // Shared memory (foxhunt-memory's shared_bytes counts it, adam_slice_floats the slice's
+    // arrays): the online and target networks, Adam's operands of the block's slice where they
+    // fit, then the chunk's buffers, those of whole rows first so that they stay 16-byte aligned
     // (the tiled passes need it). Each network padded to whole float4s: P4 floats, also the
     // distance between the gradient slots in global memory (foxhunt-memory's epoch.rs allocates
     // slots * P4), so that a slot's rows are 16-byte aligned as well.
@@ -926,7 +930,12 @@ __device__ __forceinline__ void epoch_body(EPOCH_PARAMS) {
     const int use_norm = (int)lw[3];
     float* wo = sh;
     float* wt = wo + P4;
-    float* cur = wt + P4;
+    // Where the host found room (adam_shared floats each, from the float4 the block's parameter
+    // slice starts in; 0: none), Adam's moments and the summed gradient of the slice are kept
+    // here for the launch, and Adam reads the parameters from the networks' shared copies: a
+    // step's Adam then makes no trip to L2 before its arithmetic, and stores only the networks.
+    float* kept = wt + P4;
+    float* cur = kept + 3 * (u64)adam_shared;
     auto take = [&](u64 n) { float* at = cur; cur += n; return at; };
     // The training pass: a chunk's observations and, right after its rows, its next
     // observations (the online network's Q of them, for double DQN, in the same pass: each
@@ -986,6 +995,23 @@ __device__ __forceinline__ void epoch_body(EPOCH_PARAMS) {
     // The block's groups of batch rows, and the parameters of their slices.
     const u32 k0 = (u32)((u64)g * slots / G), k1 = (u32)((u64)(g + 1) * slots / G);
     const u64 p0 = (u64)k0 * P / slots, p1 = (u64)k1 * P / slots;
+    if (adam_shared) {
+        // The slice in (the gradient too: a launch whose steps do not learn leaves it as it
+        // was); then the member's words point at the shared copies (generic pointers: every use
+        // reads them from there), the global arrays' addresses kept to write the slice back when
+        // the launch ends.
+        float** at[3] = {&mb.m1g, &mb.m2g, &mb.grads};
+        const u64 pq = p0 & ~(u64)3;
+        for (u64 i = p0 + threadIdx.x; i < p1; i += blockDim.x)
+            for (u32 k = 0; k < 3; ++k) kept[k * (u64)adam_shared + i - pq] = (*at[k])[i];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (u32 k = 0; k < 3; ++k) {
+                sm.slice_home[k] = *at[k];
+                *at[k] = (float*)((u64)(kept + k * (u64)adam_shared) - 4 * pq);
+            }
+        __syncthreads();
+    }
 
     // Timestamps of step s (the member's block 0's view): times[STAMPS * s + k], k = 0 start, 1
     // the ring rows of every block written, 2 the first chunk sampled, 3 its forward passes and
@@ -1236,10 +1262,15 @@ __device__ __forceinline__ void epoch_body(EPOCH_PARAMS) {
         // stores; this block writes its own ends.
         if (clustered && threadIdx.x == 0)
             signal_expect(&nets_bar, (u32)(4 * (P - ((a0 - p0) + (p1 - a1))) * (sync ? 2 : 1)));
+        // The parameters as the passes read them: the block's shared copies hold this step's
+        // values (its own slice came back by the last hand-out, or was reloaded after the grid
+        // barrier).
+        const float* on = adam_shared ? wo : mb.online;
+        const float* tg = adam_shared ? wt : mb.target;
         if (threadIdx.x < (a0 - p0) + (p1 - a1)) {
             const u64 e = threadIdx.x, i = e < a0 - p0 ? p0 + e : a1 + (e - (a0 - p0));
-            float pv = mb.online[i], mv = mb.m1g[i], vv = mb.m2g[i];
-            float tv = sync == 2 ? mb.target[i] : 0.0f;
+            float pv = on[i], mv = mb.m1g[i], vv = mb.m2g[i];
+            float tv = sync == 2 ? tg[i] : 0.0f;
             update(pv, mb.grads[i], mv, vv, tv);
             mb.online[i] = pv;
             mb.m1g[i] = mv;
@@ -1259,12 +1290,12 @@ __device__ __forceinline__ void epoch_body(EPOCH_PARAMS) {
         // a thread loaded before their updates, or eight single parameters, measured slower:
         // docs/PERFORMANCE.md, #13). The cluster's copies get them by the multicast below.
         for (u64 i = a0 + 4 * threadIdx.x; i < a1; i += 4 * stride) {
-            float4 pv = *(const float4*)(mb.online + i);
+            float4 pv = *(const float4*)(on + i);
             const float4 gv = *(const float4*)(mb.grads + i);
             float4 mv = *(const float4*)(mb.m1g + i);
             float4 vv = *(const float4*)(mb.m2g + i);
             float4 tv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (sync == 2) tv = *(const float4*)(mb.target + i);
+            if (sync == 2) tv = *(const float4*)(tg + i);
             update(pv.x, gv.x, mv.x, vv.x, tv.x);
             update(pv.y, gv.y, mv.y, vv.y, tv.y);
             update(pv.z, gv.z, mv.z, vv.z, tv.z);
@@ -1296,6 +1327,12 @@ __device__ __forceinline__ void epoch_body(EPOCH_PARAMS) {
     }
     // Nothing may still be copied into this block's memory when it exits.
     nets_ready();
+    if (adam_shared) {
+        __syncthreads();
+        const u64 pq = p0 & ~(u64)3;
+        for (u64 i = p0 + threadIdx.x; i < p1; i += blockDim.x)
+            for (u32 k = 0; k < 3; ++k) sm.slice_home[k][i] = kept[k * (u64)adam_shared + i - pq];
+    }
 }
 
 // The body compiled as two kernels, so that neither path carries the other's code: where a

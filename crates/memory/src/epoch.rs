@@ -245,6 +245,11 @@ pub struct EpochKernel {
     resident: usize,
     /// Whether a launch's members may each be a thread-block cluster ([`EpochKernel::set_clusters`]).
     clusters: bool,
+    /// Whether a launch's blocks may keep Adam's operands of their slices in shared memory
+    /// ([`EpochKernel::set_adam_in_shared`]).
+    adam_shared: bool,
+    /// The most dynamic shared memory a block can have, bytes.
+    shared_limit: usize,
 }
 
 /// The most blocks of a member launched as one thread-block cluster (the largest cluster a
@@ -259,6 +264,56 @@ pub fn clusters_by_default() -> bool {
         std::env::var("FOXHUNT_EPOCH_CLUSTERS").as_deref(),
         Ok("off" | "0")
     )
+}
+
+/// Whether launches keep Adam's operands of a block's parameter slice (the moments and the summed
+/// gradient) in its shared memory where they fit, by default: yes, unless
+/// `FOXHUNT_EPOCH_ADAM_SHARED` is `off` (or `0`), which leaves them in global memory (to
+/// compare): the same bits either way.
+pub fn adam_shared_by_default() -> bool {
+    !matches!(
+        std::env::var("FOXHUNT_EPOCH_ADAM_SHARED").as_deref(),
+        Ok("off" | "0")
+    )
+}
+
+/// Arrays of a block's parameter slice kept in shared memory for Adam: the two moments and the
+/// summed gradient (kernels/epoch.cu's `adam_shared`).
+const ADAM_SLICE_ARRAYS: u64 = 3;
+
+/// Floats of each array of a block's parameter slice kept in shared memory when a member's
+/// parameters are cut into `slots` groups' slices over `blocks` blocks (kernels/epoch.cu's
+/// split): the largest block's slice, from the float4 it starts in, in whole float4s.
+fn adam_slice_floats(params: u64, slots: u32, blocks: u32) -> u64 {
+    let (p, s, b) = (params, u64::from(slots), u64::from(blocks.max(1)));
+    (0..b)
+        .map(|g| {
+            let (k0, k1) = (g * s / b, (g + 1) * s / b);
+            let (p0, p1) = (k0 * p / s, k1 * p / s);
+            (p1 - (p0 & !3)).next_multiple_of(4)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The floats of each slice array a launch's blocks keep in shared memory (EPOCH_PARAMS'
+/// `adam_shared`): [`adam_slice_floats`] where `allowed` and the blocks of `per` a member have
+/// room for them beside what `grid`'s blocks need, else 0 (Adam's operands stay in global
+/// memory).
+fn launch_adam_slice(
+    allowed: bool,
+    params: u64,
+    slots: u32,
+    grid: Grid,
+    per: u32,
+    limit: usize,
+) -> u32 {
+    let floats = adam_slice_floats(params, slots, per);
+    if allowed && u64::from(grid.shared_bytes) + 4 * ADAM_SLICE_ARRAYS * floats <= limit as u64 {
+        floats as u32
+    } else {
+        0
+    }
 }
 
 /// Whether a launch of `rows` members of `grid`'s blocks each runs them as clusters: where
@@ -346,8 +401,9 @@ impl EpochKernel {
             .find(|&c| shared_bytes(&shape, c) <= limit)
             .unwrap_or(1);
         let shared = shared_bytes(&shape, chunk) as u32;
-        kernels.grid.allow_shared(shared)?;
-        kernels.cluster.allow_shared(shared)?;
+        // Up to the limit: a launch adds Adam's operands where they fit (`launch_adam_slice`).
+        kernels.grid.allow_shared(limit as u32)?;
+        kernels.cluster.allow_shared(limit as u32)?;
         // One block per few rows of the larger of environments and batch, as many as can be
         // resident at once (a cooperative launch needs them all). Alone, an agent has a block
         // per group of batch rows.
@@ -372,6 +428,8 @@ impl EpochKernel {
             alone: Tables::new(ctx)?,
             resident,
             clusters: clusters_by_default(),
+            adam_shared: adam_shared_by_default(),
+            shared_limit: limit,
             kernels,
             shape,
             n_env,
@@ -392,9 +450,22 @@ impl EpochKernel {
         self.clusters = on;
     }
 
+    /// Lets launches keep Adam's operands of each block's parameter slice (the moments and the
+    /// summed gradient) in its shared memory where they fit (`true`, [`adam_shared_by_default`]'s
+    /// choice), or keeps them in global memory (`false`): the same results, bit for bit.
+    pub fn set_adam_in_shared(&mut self, on: bool) {
+        self.adam_shared = on;
+    }
+
     /// Whether the agent's own launch runs its blocks as one thread-block cluster.
     pub fn runs_in_clusters(&self, ctx: &GpuContext) -> Result<bool, MemoryError> {
         use_clusters(ctx, &self.kernels, self.clusters, self.grid, 1)
+    }
+
+    /// Whether the agent's own launch keeps Adam's operands in its blocks' shared memory.
+    pub fn keeps_adam_in_shared(&self) -> bool {
+        let (p, slots, g) = (self.shape.params as u64, self.slots, self.grid);
+        launch_adam_slice(self.adam_shared, p, slots, g, g.blocks, self.shared_limit) > 0
     }
 
     /// The gradient of the latest update, flat (for tests).
@@ -556,6 +627,8 @@ impl EpochMember<'_, '_> {
                 grid: k.grid,
                 resident: k.resident,
                 clusters: k.clusters,
+                adam_shared: k.adam_shared,
+                shared_limit: k.shared_limit,
                 window: [
                     ctx.address(&w.features),
                     ctx.address(&w.open),
@@ -605,6 +678,8 @@ struct Shared {
     grid: Grid,
     resident: usize,
     clusters: bool,
+    adam_shared: bool,
+    shared_limit: usize,
     window: [u64; 5],
     env: EnvScalars,
     step: StepParams,
@@ -768,8 +843,17 @@ unsafe fn launch_all(
         for &i in set {
             blocks[i] = per;
         }
+        let adam_shared = launch_adam_slice(
+            sh.adam_shared,
+            sh.params,
+            sh.slots,
+            sh.grid,
+            per,
+            sh.shared_limit,
+        );
         let grid = Grid {
             blocks: per,
+            shared_bytes: sh.grid.shared_bytes + 4 * ADAM_SLICE_ARRAYS as u32 * adam_shared,
             ..sh.grid
         };
         let clustered = use_clusters(ctx, &m.kernels, sh.clusters, grid, set.len())?;
@@ -792,11 +876,14 @@ unsafe fn launch_all(
             .value(&sh.steps)
             .value(&sh.chunk)
             .value(&sh.slots)
+            .value(&adam_shared)
             .value(&set_words);
         // SAFETY: the arguments follow EPOCH_PARAMS (kernels/epoch.cu) in order and size (the
         // window's and the member table's pointers passed as their 8-byte addresses), and each
         // member's words its `Member` struct, in order (`prepare`), the table's address set
-        // above. The caller keeps every buffer they name alive and to these launches alone
+        // above; `adam_shared` is 0 or adam_slice_floats for `per` blocks, whose three arrays
+        // the launch's shared_bytes include beyond what the rest takes (within what the kernels
+        // allow). The caller keeps every buffer they name alive and to these launches alone
         // until they are done. Each member was checked by `prepare` against its kernel: its
         // environments' buffers hold n_env elements (observations n_env * obs_dim), its ring
         // cap_rows * n_env slots whose row bases the table gives modulo that, its batch buffers
@@ -908,5 +995,38 @@ impl EpochKernel {
             adam: p[5],
             sync: p[6],
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every block's parameter slice (kernels/epoch.cu's split) fits in the shared arrays counted
+    /// from the float4 it starts in, and the arrays are whole float4s, no longer than the
+    /// largest slice needs.
+    #[test]
+    fn adam_slice_floats_hold_every_blocks_slice() {
+        for (params, slots) in [(21_123u64, 16u32), (5_000, 50), (7, 4), (130, 3)] {
+            for blocks in 1..=slots {
+                let floats = adam_slice_floats(params, slots, blocks);
+                assert_eq!(
+                    floats % 4,
+                    0,
+                    "{params} params, {blocks} blocks: whole float4s"
+                );
+                let mut widest = 0;
+                for g in 0..u64::from(blocks) {
+                    let (s, b) = (u64::from(slots), u64::from(blocks));
+                    let (p0, p1) = ((g * s / b) * params / s, ((g + 1) * s / b) * params / s);
+                    assert!(p1 - (p0 & !3) <= floats, "block {g} of {blocks}");
+                    widest = widest.max(p1 - (p0 & !3));
+                }
+                assert!(
+                    floats < widest + 4,
+                    "{params} params, {blocks} blocks: no more"
+                );
+            }
+        }
     }
 }

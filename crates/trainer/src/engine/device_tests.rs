@@ -312,11 +312,18 @@ fn one_launch_equals_launches_of_one_step_and_repeats_itself() {
         let n_env = 96;
         let p = plan(0, 40, cfg.batch_size.max(n_env * 8));
         // `clusters`: each launch's blocks one thread-block cluster where the device can, else
-        // on the grid barrier.
-        let run = |by_step: bool, clusters: bool| {
+        // on the grid barrier; `adam`: Adam's operands in the blocks' shared memory where they fit,
+        // else in global memory.
+        let run = |by_step: bool, clusters: bool, adam: bool| {
             let mut e = engine(&arena, &m, &cfg, &state, n_env, StepLoop::OneLaunch);
             let one = e.one_launch.as_mut().expect("one launch");
             one.kernel.set_clusters(clusters);
+            one.kernel.set_adam_in_shared(adam);
+            assert_eq!(
+                one.kernel.keeps_adam_in_shared(),
+                adam,
+                "these networks' slices fit beside them"
+            );
             let clustered = one.kernel.runs_in_clusters(&ctx).expect("clusters");
             e.begin_epoch(7).expect("begin");
             let learned = if by_step {
@@ -338,7 +345,7 @@ fn one_launch_equals_launches_of_one_step_and_repeats_itself() {
             let w = e.fused.state().expect("state");
             (learned, t, stats, w, clustered)
         };
-        let once = run(false, true);
+        let once = run(false, true, true);
         assert!(
             !once.0.is_empty() && once.0.len() < p.steps,
             "warm-up, then updates"
@@ -347,13 +354,14 @@ fn one_launch_equals_launches_of_one_step_and_repeats_itself() {
         // (batch 200): more than a cluster holds, the grid barrier.
         let one_cluster = cfg.batch_size == 64 && ctx.cluster_launch().expect("attribute");
         assert_eq!(once.4, one_cluster, "the launch's blocks in a cluster");
-        let grid = run(false, false);
+        let grid = run(false, false, true);
         assert!(!grid.4, "clusters turned off");
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (what, other) in [
-            ("steps one by one", run(true, true)),
-            ("a second run", run(false, true)),
+            ("steps one by one", run(true, true, true)),
+            ("a second run", run(false, true, true)),
             ("grid barriers", grid),
+            ("Adam's operands in global memory", run(false, true, false)),
         ] {
             assert_eq!(once.0, other.0, "{what}: the steps that learn");
             assert_eq!(once.1, other.1, "{what}: environments, ring, batch");
