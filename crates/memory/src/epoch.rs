@@ -296,6 +296,11 @@ fn adam_slice_floats(params: u64, slots: u32, blocks: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes of shared memory a block adds for slice arrays of `floats` floats each.
+fn adam_slice_bytes(floats: u64) -> u64 {
+    4 * ADAM_SLICE_ARRAYS * floats
+}
+
 /// The floats of each slice array a launch's blocks keep in shared memory (EPOCH_PARAMS'
 /// `adam_shared`): [`adam_slice_floats`] where `allowed` and the blocks of `per` a member have
 /// room for them beside what `grid`'s blocks need, else 0 (Adam's operands stay in global
@@ -309,7 +314,7 @@ fn launch_adam_slice(
     limit: usize,
 ) -> u32 {
     let floats = adam_slice_floats(params, slots, per);
-    if allowed && u64::from(grid.shared_bytes) + 4 * ADAM_SLICE_ARRAYS * floats <= limit as u64 {
+    if allowed && u64::from(grid.shared_bytes) + adam_slice_bytes(floats) <= limit as u64 {
         floats as u32
     } else {
         0
@@ -853,7 +858,8 @@ unsafe fn launch_all(
         );
         let grid = Grid {
             blocks: per,
-            shared_bytes: sh.grid.shared_bytes + 4 * ADAM_SLICE_ARRAYS as u32 * adam_shared,
+            // Fits in u32: launch_adam_slice checked it against the limit.
+            shared_bytes: sh.grid.shared_bytes + adam_slice_bytes(u64::from(adam_shared)) as u32,
             ..sh.grid
         };
         let clustered = use_clusters(ctx, &m.kernels, sh.clusters, grid, set.len())?;
