@@ -1570,7 +1570,14 @@ impl WindowCtx<'_> {
                 // The best checkpoint first: the progress written after it names it.
                 self.write_best(&engine, best.as_mut(), &mut writer)
                     .and_then(|()| {
-                        let (state, replay) = (engine.snapshot()?, engine.replay_bytes());
+                        // An agent that improved this epoch was read back for the best a moment
+                        // ago, and nothing has run since: the same state, not read again (on a
+                        // GPU, four synchronous downloads a member).
+                        let state = match best.as_ref().filter(|b| b.epoch == epoch) {
+                            Some(b) => b.agent.clone(),
+                            None => engine.snapshot()?,
+                        };
+                        let replay = engine.replay_bytes();
                         let cfg = engine.agent_config();
                         writer.submit(self.dir.save_progress(cfg, state, replay, &prog)?)
                     })
