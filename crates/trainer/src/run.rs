@@ -1527,23 +1527,18 @@ impl WindowCtx<'_> {
             let stats = engine.finish_epoch().map_err(|e| fail(e, &prog))?;
             crate::stats::check_finite(&stats, &stat_steps, w.index, epoch)
                 .map_err(|e| fail(e, &prog))?;
-            let val = clock
+            let (val, improved) = clock
                 .time(Phase::Eval, || -> Result<_, TrainError> {
                     let metrics =
                         engine.judge(Judged::Current, &data, splits.val.clone(), cfg.capital)?;
                     let score = cfg.select.score(&metrics);
-                    if prog.best_score.is_none_or(|b| score > b) {
-                        // Kept in memory; written outside the timed epoch.
-                        best = Some(Best {
-                            epoch,
-                            agent: engine.snapshot()?,
-                            written: false,
-                        });
+                    let improved = prog.best_score.is_none_or(|b| score > b);
+                    if improved {
                         prog.best_score = Some(score);
                         prog.best_epoch = Some(epoch);
                         prog.best_validation = Some(metrics.clone());
                     }
-                    Ok(metrics)
+                    Ok((metrics, improved))
                 })
                 .map_err(|e| fail(e, &prog))?;
             let mut pt = clock.finish(w.index, epoch, cfg.max_steps_per_epoch, stat_steps.len());
@@ -1551,6 +1546,15 @@ impl WindowCtx<'_> {
                 pt.uploaded_bytes = uploaded;
             }
             tracing::info!("{pt}");
+            if improved {
+                // Kept in memory, taken between epochs like the checkpoints (on a GPU a read of
+                // the device's state), and written outside the timed epoch.
+                best = Some(Best {
+                    epoch,
+                    agent: engine.snapshot().map_err(|e| fail(e, &prog))?,
+                    written: false,
+                });
+            }
             let val_pnl = val.total_pnl;
             prog.epochs.push(crate::stats::summarize(
                 epoch,
@@ -1570,9 +1574,9 @@ impl WindowCtx<'_> {
                 // The best checkpoint first: the progress written after it names it.
                 self.write_best(&engine, best.as_mut(), &mut writer)
                     .and_then(|()| {
-                        // An agent that improved this epoch was read back for the best a moment
-                        // ago, and nothing has run since: the same state, not read again (on a
-                        // GPU, four synchronous downloads a member).
+                        // An agent that improved this epoch was read for the best a moment ago
+                        // and nothing has run since: the same state, not read again (on a GPU,
+                        // four synchronous downloads).
                         let state = match best.as_ref().filter(|b| b.epoch == epoch) {
                             Some(b) => b.agent.clone(),
                             None => engine.snapshot()?,
