@@ -1546,15 +1546,6 @@ impl WindowCtx<'_> {
                 pt.uploaded_bytes = uploaded;
             }
             tracing::info!("{pt}");
-            if improved {
-                // Kept in memory, taken between epochs like the checkpoints (on a GPU a read of
-                // the device's state), and written outside the timed epoch.
-                best = Some(Best {
-                    epoch,
-                    agent: engine.snapshot().map_err(|e| fail(e, &prog))?,
-                    written: false,
-                });
-            }
             let val_pnl = val.total_pnl;
             prog.epochs.push(crate::stats::summarize(
                 epoch,
@@ -1565,6 +1556,15 @@ impl WindowCtx<'_> {
             prog.phases.push(pt);
             prog.epochs_done = epoch + 1;
             self.bars.epoch_done(val_pnl);
+            if improved {
+                // Taken between epochs like the checkpoints (on a GPU a read of the device's
+                // state), kept in memory and written outside the timed epoch.
+                best = Some(Best {
+                    epoch,
+                    agent: engine.snapshot().map_err(|e| fail(e, &prog))?,
+                    written: false,
+                });
+            }
             if let Some(b) = budget.as_mut() {
                 *b = b.saturating_sub(1);
             }
